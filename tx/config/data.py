@@ -1,0 +1,55 @@
+"""`DataConfig`: the `data.*` keys (dataset, raw files, tokenizer, batching).
+
+Owned by tx/data: sources read the dataset fields, the pipeline reads the rest.
+"""
+
+from __future__ import annotations
+
+from tx.config.base import choice, config, fail
+
+
+@config
+class DataConfig:
+  """Where examples come from and how they become fixed-shape batches."""
+  PREFIX = 'data.'
+
+  # --- Sources (tx/data/sources, builders) -------------------------------------------
+  # 'stdlib' (Python standard library sources; every machine has it), 'tinyshakespeare',
+  # 'multi30k', 'text' (data.files), 'parallel' (data.source_files / data.target_files),
+  # or 'tfds:NAME' for a TFDS catalog dataset (e.g. 'tfds:lm1b').
+  dataset: str = 'stdlib'
+  raw_dir: str | None = None  # where raw files live; None = $TX_RAW_DATA
+  data_dir: str | None = None  # prepared-data cache; None = $TFDS_DATA_DIR or ~/tensorflow_datasets
+  files: str | None = None  # 'text': a file, a folder or a glob
+  validation_fraction: float = 0.1  # 'text'/'tinyshakespeare': last fraction (by position) held out
+  source_lang: str = 'en'
+  target_lang: str = 'de'
+  utf8_errors: str = choice('error', 'replace')
+
+  # --- Tokenizer (tx/data/tokenizers) --------------------------------------------------
+  tokenizer: str = choice('byte', 'char', 'bpe', 'unigram')
+  vocab_size: int = 8000  # sentencepiece vocabulary size (byte/char: fixed by the data)
+
+  # --- Batches (tx/data/pipeline, batching) -------------------------------------------
+  seq_len: int = 128  # LM window / MLM row / seq2seq source length
+  target_len: int = 128  # seq2seq target length
+  lm_sampling: str = choice('windows', 'packed')  # random contiguous windows or document packing
+  packing: bool = False  # seq2seq / MLM: several examples per row with segment ids
+  length_policy: str = choice('truncate', 'drop')
+  mlm_probability: float = 0.15
+  mlm_mask_fraction: float = 0.8  # of the selected: -> MASK
+  mlm_random_fraction: float = 0.1  # of the selected: -> random token (rest unchanged)
+  num_workers: int = 0  # Grain worker processes (0 = in-process)
+
+  def validate(self):
+    if not 0 < self.validation_fraction < 1:
+      fail('data.validation_fraction', f'must be in (0, 1), got {self.validation_fraction}')
+    for name in ('seq_len', 'target_len', 'vocab_size'):
+      if getattr(self, name) <= 0:
+        fail(f'data.{name}', f'must be > 0, got {getattr(self, name)}')
+    if not 0 < self.mlm_probability < 1:
+      fail('data.mlm_probability', f'must be in (0, 1), got {self.mlm_probability}')
+    if self.mlm_mask_fraction + self.mlm_random_fraction > 1:
+      fail('data.mlm_mask_fraction', 'mlm_mask_fraction + mlm_random_fraction must be <= 1')
+    if self.num_workers < 0:
+      fail('data.num_workers', f'must be >= 0, got {self.num_workers}')

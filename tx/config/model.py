@@ -1,0 +1,180 @@
+"""`ModelConfig`: the `model.*` keys of the config vocabulary.
+
+One config describes all three families. Every architectural difference between
+the 2017 Transformer, BERT, GPT-2, T5, LLaMA and BLOOM is a field here, read by
+`tx.models` to build the small per-layer configs of `tx.layers`.
+
+Unsupported combinations (each rejected with a message naming the field):
+- `position='rope'` with an odd rotary dimension;
+- `num_heads` not divisible by `num_kv_heads`; `d_model` not divisible by
+  `num_heads` unless `head_dim` is set;
+- `moe.top_k` > `moe.num_experts`;
+- `share_embeddings=True` on an encoder-decoder needs `src_vocab_size` unset or equal
+  to `vocab_size`;
+- `type_vocab_size` > 0 only for the encoder family;
+- `num_classes` > 0 only for the encoder family.
+"""
+
+from __future__ import annotations
+
+from tx.config.base import choice, config, fail, nested
+
+FAMILIES = ('decoder', 'encoder', 'encoder_decoder')
+POSITIONS = ('sinusoidal', 'learned', 'rope', 'alibi', 't5', 'none')
+FFNS = ('relu', 'gelu', 'gelu_tanh', 'swiglu', 'geglu', 'reglu', 'silu')
+REMAT_POLICIES = ('none', 'full', 'dots', 'dots_no_batch', 'attention')
+DTYPES = ('float32', 'bfloat16', 'float16')
+
+
+@config
+class MoEConfig:
+  """`model.moe.*`: mixture-of-experts FFN (num_experts 0 = dense FFN)."""
+  PREFIX = 'model.moe.'
+  num_experts: int = 0
+  top_k: int = 2
+  capacity_factor: float = 1.25  # 0 = dropless (every routed token is processed)
+  aux_loss_weight: float = 0.01  # load-balancing loss (Switch / GShard form)
+  router_z_loss_weight: float = 0.0
+  every: int = 1  # MoE in every `every`-th block (1 = all blocks)
+
+  def validate(self):
+    if self.num_experts < 0:
+      fail('model.moe.num_experts', f'must be >= 0 (0 = dense), got {self.num_experts}')
+    if self.num_experts and not 1 <= self.top_k <= self.num_experts:
+      fail('model.moe.top_k',
+           f'must be between 1 and model.moe.num_experts={self.num_experts}, got {self.top_k}')
+    if self.capacity_factor < 0:
+      fail('model.moe.capacity_factor', f'must be >= 0 (0 = dropless), got {self.capacity_factor}')
+    if self.every < 1:
+      fail('model.moe.every', f'must be >= 1, got {self.every}')
+
+
+@config
+class ModelConfig:
+  """Architecture of an encoder, decoder or encoder-decoder Transformer."""
+  PREFIX = 'model.'
+  family: str = choice(*FAMILIES)
+  vocab_size: int = 256
+  src_vocab_size: int | None = None  # encoder_decoder with separate source vocabulary
+  d_model: int = 256
+  num_heads: int = 4
+  num_kv_heads: int | None = None  # None = num_heads (MHA); 1 = MQA; else GQA
+  head_dim: int | None = None  # None = d_model // num_heads
+  d_ff: int = 1024
+  max_len: int = 512  # table size for learned / sinusoidal positions
+  num_layers: int = 4
+  num_encoder_layers: int | None = None  # encoder_decoder; None = num_layers
+  num_decoder_layers: int | None = None  # encoder_decoder; None = num_layers
+
+  position: str = choice(*POSITIONS)
+  rope_theta: float = 10000.0
+  rope_fraction: float = 1.0  # fraction of head_dim rotated (GPT-NeoX rotary_pct)
+  t5_num_buckets: int = 32
+  t5_max_distance: int = 128
+  scale_attention: bool = True  # False: no 1/sqrt(d_k) (T5)
+
+  norm: str = choice('layernorm', 'rmsnorm')
+  norm_position: str = choice('pre', 'post')
+  norm_eps: float = 1e-6
+  norm_bias: bool = True  # LayerNorm bias (RMSNorm never has one)
+  final_norm: bool | None = None  # None = True for pre-norm stacks, False for post
+  embed_norm: bool = False  # norm after the embeddings (BERT, BLOOM)
+
+  ffn: str = choice(*FFNS, default='gelu')
+  moe: MoEConfig = nested(MoEConfig)
+  use_bias: bool = True  # biases in attention and FFN projections
+
+  dropout: float = 0.0
+  attention_dropout: float = 0.0
+
+  scale_embeddings: bool = False  # token embeddings x sqrt(d_model) (the 2017 paper)
+  tie_embeddings: bool = True  # output projection = token embedding transposed
+  share_embeddings: bool = True  # encoder_decoder: one table for source and target
+  logits_scale: float = 1.0  # multiplies the final hidden state before a tied head
+  type_vocab_size: int = 0  # encoder: BERT token-type embeddings
+  num_classes: int = 0  # encoder: pooled classification head (0 = none)
+  mlm_activation: str = choice('gelu', 'gelu_tanh', 'relu')  # BERT MLM transform
+
+  scan_layers: bool = False
+  remat: str = choice(*REMAT_POLICIES)
+  dtype: str = choice(*DTYPES)  # compute dtype
+  param_dtype: str = choice(*DTYPES)
+  attention_impl: str = choice('auto', 'xla', 'einsum', 'cudnn')
+
+  def validate(self):
+    positive = ('vocab_size', 'd_model', 'num_heads', 'd_ff', 'max_len', 'num_layers')
+    for name in positive:
+      if getattr(self, name) <= 0:
+        fail(f'model.{name}', f'must be > 0, got {getattr(self, name)}')
+    for name in ('num_encoder_layers', 'num_decoder_layers', 'num_kv_heads', 'head_dim',
+                 'src_vocab_size'):
+      value = getattr(self, name)
+      if value is not None and value <= 0:
+        fail(f'model.{name}', f'must be > 0 or None, got {value}')
+    if self.head_dim is None and self.d_model % self.num_heads:
+      fail('model.d_model',
+           f'{self.d_model} is not divisible by model.num_heads={self.num_heads}; '
+           'change one of them or set model.head_dim')
+    if self.num_heads % self.kv_heads:
+      fail('model.num_kv_heads',
+           f'{self.kv_heads} does not divide model.num_heads={self.num_heads}')
+    if self.position == 'rope':
+      if not 0 < self.rope_fraction <= 1:
+        fail('model.rope_fraction', f'must be in (0, 1], got {self.rope_fraction}')
+      if self.rotary_dim % 2:
+        fail('model.position',
+             f'rope needs an even rotary dimension, got {self.rotary_dim} '
+             f'(head_dim={self.head_dim_} x rope_fraction={self.rope_fraction})')
+    for name in ('dropout', 'attention_dropout'):
+      if not 0 <= getattr(self, name) < 1:
+        fail(f'model.{name}', f'must be in [0, 1), got {getattr(self, name)}')
+    if self.norm_eps <= 0:
+      fail('model.norm_eps', f'must be > 0, got {self.norm_eps}')
+    if self.t5_num_buckets < 2 or self.t5_max_distance <= self.t5_num_buckets // 4:
+      fail('model.t5_num_buckets',
+           'needs >= 2 buckets and model.t5_max_distance > num_buckets/4 '
+           f'(got {self.t5_num_buckets}, {self.t5_max_distance})')
+    if self.family != 'encoder' and self.type_vocab_size:
+      fail('model.type_vocab_size', 'token types are only supported for family=encoder')
+    if self.family != 'encoder' and self.num_classes:
+      fail('model.num_classes', 'a classification head is only supported for family=encoder')
+    if self.family != 'encoder_decoder':
+      for name in ('num_encoder_layers', 'num_decoder_layers', 'src_vocab_size'):
+        if getattr(self, name) is not None:
+          fail(f'model.{name}', f'only applies to family=encoder_decoder, not {self.family}')
+    if (self.family == 'encoder_decoder' and self.share_embeddings
+        and self.src_vocab_size not in (None, self.vocab_size)):
+      fail('model.share_embeddings',
+           'a shared embedding needs model.src_vocab_size unset or equal to model.vocab_size')
+
+  @property
+  def kv_heads(self) -> int:
+    return self.num_kv_heads or self.num_heads
+
+  @property
+  def head_dim_(self) -> int:
+    return self.head_dim or self.d_model // self.num_heads
+
+  @property
+  def rotary_dim(self) -> int:
+    return int(self.head_dim_ * self.rope_fraction)
+
+  @property
+  def encoder_layers(self) -> int:
+    return self.num_encoder_layers or self.num_layers
+
+  @property
+  def decoder_layers(self) -> int:
+    return self.num_decoder_layers or self.num_layers
+
+  @property
+  def source_vocab_size(self) -> int:
+    return self.src_vocab_size or self.vocab_size
+
+  @property
+  def use_final_norm(self) -> bool:
+    return self.norm_position == 'pre' if self.final_norm is None else self.final_norm
+
+  @property
+  def is_moe(self) -> bool:
+    return self.moe.num_experts > 0
