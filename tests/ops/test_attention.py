@@ -1,0 +1,177 @@
+"""tx.ops.dot_product_attention: both paths against each other and against numpy."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from tx.ops import causal_mask, combine_masks, dot_product_attention, key_padding_mask
+
+B, L, S, D = 2, 4, 5, 8
+# Jitted once per signature: far fewer compiles than op-by-op dispatch.
+attention = jax.jit(dot_product_attention,
+                    static_argnames=('scale', 'implementation', 'return_weights', 'dropout_rate'))
+
+
+def _qkv(H, K, seed=0, dtype=jnp.float32):
+  rng = np.random.default_rng(seed)
+  return tuple(jnp.asarray(rng.standard_normal(shape, np.float32), dtype)
+               for shape in [(B, L, H, D), (B, S, K, D), (B, S, K, D)])
+
+
+def _mask_and_bias(H):
+  """A causal-with-offset mask plus key padding, and a per-head bias [1, H, L, S]."""
+  valid_BS = jnp.array([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]], bool)
+  mask = combine_masks(causal_mask(L, S, offset=S - L), key_padding_mask(valid_BS))
+  bias = jnp.asarray(np.random.default_rng(7).standard_normal((1, H, L, S), np.float32) * 0.5)
+  return mask, bias
+
+
+def _numpy_attention(q, k, v, mask=None, bias=None, scale=None):
+  """Per-head loop in float64: softmax(q k^T scale + bias) masked, times v."""
+  q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
+  b_, l_, h_, d_ = q.shape
+  s_, kh = k.shape[1], k.shape[2]
+  scale = 1 / np.sqrt(d_) if scale is None else scale
+  mask = np.ones((b_, h_, l_, s_), bool) if mask is None else np.broadcast_to(mask, (b_, h_, l_, s_))
+  bias = np.zeros((b_, h_, l_, s_)) if bias is None else np.broadcast_to(np.asarray(bias, np.float64), (b_, h_, l_, s_))
+  out = np.zeros_like(q)
+  for b in range(b_):
+    for h in range(h_):
+      kvh = h // (h_ // kh)
+      for i in range(l_):
+        if not mask[b, h, i].any():
+          continue  # fully masked row: zeros
+        logits = q[b, i, h] @ k[b, :, kvh].T * scale + bias[b, h, i]
+        logits = np.where(mask[b, h, i], logits, -np.inf)
+        p = np.exp(logits - logits.max())
+        p /= p.sum()
+        out[b, i, h] = p @ v[b, :, kvh]
+  return out
+
+
+@pytest.mark.parametrize('H,K', [(4, 4), (4, 2), (4, 1)], ids=['mha', 'gqa', 'mqa'])
+def test_einsum_equals_jax_nn_and_numpy(H, K):
+  q, k, v = _qkv(H, K)
+  mask, bias = _mask_and_bias(H)
+  out_einsum = attention(q, k, v, mask=mask, bias=bias, implementation='einsum')
+  out_xla = attention(q, k, v, mask=mask, bias=bias, implementation='xla')
+  assert out_einsum.shape == (B, L, H, D) and out_einsum.dtype == jnp.float32
+  np.testing.assert_allclose(out_einsum, out_xla, atol=1e-5)
+  np.testing.assert_allclose(out_einsum, _numpy_attention(q, k, v, mask, bias), atol=1e-5)
+
+
+def test_scale_one_matches_formula_and_differs_from_default():
+  q, k, v = _qkv(2, 2)
+  out_default = attention(q, k, v, implementation='einsum')
+  for impl in ('einsum', 'xla'):
+    out_one = attention(q, k, v, scale=1.0, implementation=impl)
+    np.testing.assert_allclose(out_one, _numpy_attention(q, k, v, scale=1.0), atol=1e-5)
+    assert not np.allclose(out_one, out_default, atol=1e-3)
+  np.testing.assert_allclose(out_default, _numpy_attention(q, k, v), atol=1e-5)
+
+
+@pytest.mark.parametrize('impl', ['einsum', 'xla'])
+def test_gqa_equals_mha_with_repeated_kv_heads(impl):
+  H, K = 4, 2
+  q, k, v = _qkv(H, K, seed=1)
+  mask, bias = _mask_and_bias(H)
+  out_gqa = attention(q, k, v, mask=mask, bias=bias, implementation=impl)
+  k_rep, v_rep = jnp.repeat(k, H // K, axis=2), jnp.repeat(v, H // K, axis=2)
+  out_mha = attention(q, k_rep, v_rep, mask=mask, bias=bias, implementation=impl)
+  np.testing.assert_allclose(out_gqa, out_mha, atol=1e-6)
+  # K == H through the grouped code is plain per-head MHA.
+  np.testing.assert_allclose(out_mha, _numpy_attention(q, k_rep, v_rep, mask, bias), atol=1e-5)
+
+
+@pytest.mark.parametrize('impl', ['einsum', 'xla'])
+def test_fully_masked_rows_are_zero_and_gradients_finite(impl):
+  H, K = 2, 1
+  q, k, v = _qkv(H, K, seed=2)
+  mask = np.ones((B, H, L, S), bool)
+  mask[0, :, 1] = False      # whole query row, all heads
+  mask[1, 1, 3] = False      # one head only
+  mask = jnp.asarray(mask)
+  bias = jnp.zeros((1, 1, L, S))
+
+  def f(q, k, v, bias):
+    return attention(q, k, v, mask=mask, bias=bias, implementation=impl)
+
+  out = f(q, k, v, bias)
+  assert np.all(np.asarray(out[0, 1]) == 0.0)
+  assert np.all(np.asarray(out[1, 3, 1]) == 0.0)
+  assert np.any(np.asarray(out[1, 3, 0]) != 0.0)
+  assert np.isfinite(np.asarray(out)).all()
+  grads = jax.jit(jax.grad(lambda *a: jnp.sum(f(*a) ** 2), argnums=(0, 1, 2, 3)))(q, k, v, bias)
+  for g in grads:
+    assert np.isfinite(np.asarray(g)).all()
+  # No gradient leaks into a query that sees nothing.
+  assert np.all(np.asarray(grads[0][0, 1]) == 0.0)
+
+
+@pytest.mark.parametrize('impl', ['einsum', 'xla'])
+def test_bf16_inputs_give_bf16_output_close_to_f32(impl):
+  H, K = 4, 2
+  q, k, v = _qkv(H, K, seed=3)
+  mask, bias = _mask_and_bias(H)
+  out32 = attention(q, k, v, mask=mask, bias=bias, implementation=impl)
+  q16, k16, v16 = (x.astype(jnp.bfloat16) for x in (q, k, v))
+  out16 = attention(q16, k16, v16, mask=mask, bias=bias, implementation=impl)
+  assert out16.dtype == jnp.bfloat16
+  np.testing.assert_allclose(np.asarray(out16, np.float32), out32, atol=5e-2)
+
+
+def test_weights_are_float32_rows_sum_to_one_and_padded_keys_get_zero():
+  H, K = 2, 2
+  q, k, v = _qkv(H, K, seed=4, dtype=jnp.bfloat16)
+  valid_BS = jnp.array([[1, 1, 1, 1, 1], [1, 1, 0, 0, 0]], bool)
+  mask = np.array(jnp.broadcast_to(key_padding_mask(valid_BS), (B, H, L, S)))
+  mask[0, 0, 2] = False  # one fully masked row
+  out, w = attention(q, k, v, mask=jnp.asarray(mask), return_weights=True)
+  assert out.dtype == jnp.bfloat16 and w.dtype == jnp.float32 and w.shape == (B, H, L, S)
+  sums = np.asarray(w.sum(-1))
+  np.testing.assert_allclose(sums[mask.any(-1)], 1.0, atol=1e-6)
+  assert np.all(sums[~mask.any(-1)] == 0.0)
+  assert np.all(np.asarray(w[1, :, :, 2:]) == 0.0)  # padded keys
+
+
+def test_dropout_changes_output_and_is_deterministic_per_rng():
+  q, k, v = _qkv(2, 2, seed=5)
+  plain = attention(q, k, v)
+  rng_a, rng_b = jax.random.PRNGKey(0), jax.random.PRNGKey(1)
+  # One signature (one compile) for all dropout calls.
+  out_a, w_a = attention(q, k, v, dropout_rate=0.5, dropout_rng=rng_a, return_weights=True)
+  out_a2, _ = attention(q, k, v, dropout_rate=0.5, dropout_rng=rng_a, return_weights=True)
+  out_b, _ = attention(q, k, v, dropout_rate=0.5, dropout_rng=rng_b, return_weights=True)
+  assert not np.allclose(out_a, plain, atol=1e-3)
+  np.testing.assert_array_equal(out_a, out_a2)
+  assert not np.allclose(out_a, out_b, atol=1e-3)
+  # Returned weights are the softmax before dropout; no rng means no dropout.
+  np.testing.assert_allclose(w_a.sum(-1), 1.0, atol=1e-6)
+  np.testing.assert_allclose(attention(q, k, v, dropout_rate=0.5), plain, atol=1e-6)
+
+
+def test_auto_under_jit_with_low_rank_mask():
+  q, k, v = _qkv(2, 1, seed=6)
+  mask_LS = jnp.tril(jnp.ones((L, S), bool))  # 2-D, left-padded to [1, 1, L, S]
+  f = jax.jit(lambda q, k, v: dot_product_attention(q, k, v, mask=mask_LS))  # 'auto'
+  np.testing.assert_allclose(f(q, k, v), _numpy_attention(q, k, v, mask_LS), atol=1e-5)
+
+
+def test_user_errors_raise_value_error():
+  q, k, v = _qkv(3, 2)
+  with pytest.raises(ValueError, match='k_BSKD'):
+    dot_product_attention(q, k, v)
+  q, k, v = _qkv(2, 2)
+  with pytest.raises(ValueError, match='mask'):
+    dot_product_attention(q, k, v, mask=jnp.ones((B, 1, L, S), jnp.float32))
+  with pytest.raises(ValueError, match='mask'):
+    dot_product_attention(q, k, v, mask=jnp.ones((B, 1, L, S + 1), bool))
+  with pytest.raises(ValueError, match='bias'):
+    dot_product_attention(q, k, v, bias=jnp.zeros((B, 3, L, S)))
+  with pytest.raises(ValueError, match='implementation'):
+    dot_product_attention(q, k, v, implementation='xla', return_weights=True)
+  with pytest.raises(ValueError, match='implementation'):
+    dot_product_attention(q, k, v, implementation='flash')
+  with pytest.raises(ValueError, match='dropout_rate'):
+    dot_product_attention(q, k, v, dropout_rate=1.0, dropout_rng=jax.random.PRNGKey(0))

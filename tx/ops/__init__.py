@@ -1,0 +1,54 @@
+"""Pure JAX ops for Transformers: attention, masks, positions, losses.
+
+No Flax here: any JAX project can `from tx.ops import dot_product_attention`.
+"""
+
+from tx.ops.attention import dot_product_attention
+from tx.ops.losses import softmax_cross_entropy, token_accuracy, weighted_mean
+from tx.ops.masks import (
+    causal_mask,
+    causal_mask_from_positions,
+    combine_masks,
+    cross_attention_mask,
+    key_padding_mask,
+    mask_to_bias,
+    padding_mask,
+    segment_mask,
+    segment_positions,
+)
+from tx.ops.sampling import sample_logits, top_k_filter, top_p_filter
+from tx.ops.positions import (
+    alibi_bias,
+    alibi_slopes,
+    apply_rope,
+    sinusoidal_embedding,
+    sinusoidal_table,
+    t5_relative_bias,
+    t5_relative_position_bucket,
+)
+
+__all__ = [
+    'alibi_bias',
+    'alibi_slopes',
+    'apply_rope',
+    'causal_mask',
+    'causal_mask_from_positions',
+    'combine_masks',
+    'cross_attention_mask',
+    'dot_product_attention',
+    'key_padding_mask',
+    'mask_to_bias',
+    'padding_mask',
+    'segment_mask',
+    'sample_logits',
+    'segment_positions',
+    'sinusoidal_embedding',
+    'sinusoidal_table',
+    'softmax_cross_entropy',
+    't5_relative_bias',
+    't5_relative_position_bucket',
+    'token_accuracy',
+    'top_k_filter',
+    'top_p_filter',
+    'weighted_mean',
+]

@@ -1,0 +1,168 @@
+"""Scaled dot-product attention: one entry point, two paths (jax.nn and einsum).
+
+`dot_product_attention` accepts multi-head (K == H), grouped-query (1 < K < H)
+and multi-query (K == 1) key/value heads. Query head h reads kv head h // (H // K),
+the same grouping as `jnp.repeat(k, H // K, axis=2)` and as jax.nn.
+
+Paths:
+  'xla' / 'cudnn'  jax.nn.dot_product_attention(implementation=None / 'cudnn').
+  'einsum'         the explicit path below; the only one with weights and dropout.
+  'auto'           einsum if weights or dropout are requested; otherwise jax.nn,
+                   trying cuDNN first on GPU with bf16/fp16 inputs.
+
+Both paths compute the softmax in float32 and return exact zeros for a query
+row whose mask is all False (jax.nn alone would return the mean of v there).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+_IMPLEMENTATIONS = ('auto', 'xla', 'einsum', 'cudnn')
+# Finite, so a fully masked row stays NaN-free (softmax of equal values).
+_MASK_VALUE = -0.7 * float(np.finfo(np.float32).max)
+
+
+def dot_product_attention(q_BLHD, k_BSKD, v_BSKD, *, mask=None, bias=None, scale=None,
+                          implementation='auto', return_weights=False,
+                          dropout_rate=0.0, dropout_rng=None):
+  """softmax(q·kᵀ·scale + bias) masked, times v.
+
+  q [B, L, H, D]; k, v [B, S, K, D] with H % K == 0 (K < H = grouped-query /
+  multi-query: each group of H//K query heads shares one kv head).
+  mask: bool, broadcastable to [B, H, L, S] (True = may attend), or None.
+  bias: float additive, broadcastable to [B, H, L, S], or None.
+  scale: None -> 1/sqrt(D); a float otherwise (T5 passes 1.0).
+  implementation: 'auto' | 'xla' | 'einsum' | 'cudnn'. 'xla'/'cudnn' call
+    jax.nn.dot_product_attention(implementation=None / 'cudnn'); 'einsum' is the
+    explicit path; 'auto' uses jax.nn (implementation=None on CPU/TPU; 'cudnn'
+    first on GPU with bf16/fp16 inputs, falling back to None if it raises)
+    unless return_weights or dropout is requested, in which case einsum.
+  Returns out [B, L, H, D] in q's dtype, or (out, weights [B, H, L, S] float32)
+  if return_weights. The weights are the softmax probabilities before dropout.
+
+  Softmax always in float32 (also under bf16 inputs). A fully masked query row
+  outputs exactly zeros (weights too), never NaN. Dropout on the weights (einsum
+  path) when dropout_rate > 0 and dropout_rng is given.
+  """
+  B, L, H, D, S = _check_qkv(q_BLHD, k_BSKD, v_BSKD)
+  full_BHLS = (B, H, L, S)
+  if mask is not None:
+    mask = jnp.asarray(mask)
+    if mask.dtype != jnp.bool_:
+      raise ValueError(f'mask must be bool (True = may attend), got {mask.dtype}; '
+                       'pass additive masks as bias')
+    mask = _as_4d(mask, full_BHLS, 'mask')
+  if bias is not None:
+    bias = _as_4d(jnp.asarray(bias), full_BHLS, 'bias')
+  if implementation not in _IMPLEMENTATIONS:
+    raise ValueError(f'implementation must be one of {_IMPLEMENTATIONS}, got {implementation!r}')
+  if not 0.0 <= dropout_rate < 1.0:
+    raise ValueError(f'dropout_rate must be in [0, 1), got {dropout_rate}')
+  scale = 1.0 / float(np.sqrt(D)) if scale is None else scale
+
+  use_dropout = dropout_rate > 0.0 and dropout_rng is not None
+  if implementation in ('xla', 'cudnn') and (return_weights or use_dropout):
+    raise ValueError(f'implementation={implementation!r} cannot return weights or apply '
+                     "dropout; use 'einsum' or 'auto'")
+  if implementation == 'einsum' or (implementation == 'auto' and (return_weights or use_dropout)):
+    out_BLHD, weights_BHLS = _einsum_attention(
+        q_BLHD, k_BSKD, v_BSKD, mask, bias, scale,
+        dropout_rate if use_dropout else 0.0, dropout_rng)
+    return (out_BLHD, weights_BHLS) if return_weights else out_BLHD
+
+  if implementation == 'auto':
+    out_BLHD = None
+    if _wants_cudnn(q_BLHD):
+      try:
+        out_BLHD = _jax_nn_attention(q_BLHD, k_BSKD, v_BSKD, mask, bias, scale, 'cudnn')
+      except Exception:  # unsupported shape/dtype/GPU: the XLA path always works
+        out_BLHD = None
+    if out_BLHD is None:
+      out_BLHD = _jax_nn_attention(q_BLHD, k_BSKD, v_BSKD, mask, bias, scale, None)
+    return out_BLHD
+  return _jax_nn_attention(q_BLHD, k_BSKD, v_BSKD, mask, bias, scale,
+                           'cudnn' if implementation == 'cudnn' else None)
+
+
+def _check_qkv(q, k, v):
+  """Validates ranks and sizes; returns (B, L, H, D, S)."""
+  if q.ndim != 4:
+    raise ValueError(f'q_BLHD must be 4-D [B, L, H, D], got shape {q.shape}')
+  if k.ndim != 4:
+    raise ValueError(f'k_BSKD must be 4-D [B, S, K, D], got shape {k.shape}')
+  if v.shape != k.shape:
+    raise ValueError(f'v_BSKD must have the shape of k_BSKD {k.shape}, got {v.shape}')
+  B, L, H, D = q.shape
+  if k.shape[0] != B or k.shape[3] != D:
+    raise ValueError(f'k_BSKD batch and head dim must match q {q.shape}, got {k.shape}')
+  K = k.shape[2]
+  if K == 0 or H % K != 0:
+    raise ValueError(f'k_BSKD kv heads ({K}) must divide the query heads ({H})')
+  return B, L, H, D, k.shape[1]
+
+
+def _as_4d(x, full_BHLS, name):
+  """Left-pads `x` to 4-D, checks it broadcasts to [B, H, L, S], and broadcasts the
+  L and S axes (cuDNN wants them full); B and H stay 1 when they were 1."""
+  if x.ndim > 4:
+    raise ValueError(f'{name} must be broadcastable to [B, H, L, S]={full_BHLS}, got {x.shape}')
+  x = x.reshape((1,) * (4 - x.ndim) + x.shape)
+  try:
+    if np.broadcast_shapes(x.shape, full_BHLS) != full_BHLS:
+      raise ValueError
+  except ValueError:
+    raise ValueError(f'{name} must be broadcastable to [B, H, L, S]={full_BHLS}, '
+                     f'got {x.shape}') from None
+  return jnp.broadcast_to(x, x.shape[:2] + full_BHLS[2:])
+
+
+def _row_visible(mask_BHLS):
+  """[B|1, H|1, L, 1] bool: does the query row see at least one key."""
+  return jnp.any(mask_BHLS, axis=-1, keepdims=True)
+
+
+def _einsum_attention(q_BLHD, k_BSKD, v_BSKD, mask, bias, scale, dropout_rate, dropout_rng):
+  B, L, H, D = q_BLHD.shape
+  S, K = k_BSKD.shape[1], k_BSKD.shape[2]
+  G = H // K
+  q_BLKGD = q_BLHD.reshape(B, L, K, G, D)
+  logits_BKGLS = jnp.einsum('blkgd,bskd->bkgls', q_BLKGD, k_BSKD.astype(q_BLHD.dtype),
+                            preferred_element_type=jnp.float32)
+  logits_BHLS = logits_BKGLS.reshape(B, H, L, S) * jnp.float32(scale)
+  if bias is not None:
+    logits_BHLS = logits_BHLS + bias.astype(jnp.float32)
+  if mask is not None:
+    logits_BHLS = jnp.where(mask, logits_BHLS, _MASK_VALUE)
+  weights_BHLS = jax.nn.softmax(logits_BHLS, axis=-1)
+  if mask is not None:
+    weights_BHLS = jnp.where(_row_visible(mask), weights_BHLS, 0.0)
+
+  probs_BHLS = weights_BHLS
+  if dropout_rate > 0.0:
+    keep = jax.random.bernoulli(dropout_rng, 1.0 - dropout_rate, probs_BHLS.shape)
+    probs_BHLS = jnp.where(keep, probs_BHLS / (1.0 - dropout_rate), 0.0)
+  probs_BKGLS = probs_BHLS.reshape(B, K, G, L, S).astype(v_BSKD.dtype)
+  out_BLKGD = jnp.einsum('bkgls,bskd->blkgd', probs_BKGLS, v_BSKD,
+                         preferred_element_type=jnp.float32)
+  return out_BLKGD.reshape(B, L, H, D).astype(q_BLHD.dtype), weights_BHLS
+
+
+def _jax_nn_attention(q_BLHD, k_BSKD, v_BSKD, mask, bias, scale, implementation):
+  dtype = q_BLHD.dtype
+  k_BSKD, v_BSKD = k_BSKD.astype(dtype), v_BSKD.astype(dtype)
+  if bias is not None and implementation == 'cudnn':
+    bias = bias.astype(dtype)  # cuDNN adds the bias in the input dtype
+  out_BLHD = jax.nn.dot_product_attention(
+      q_BLHD, k_BSKD, v_BSKD, bias=bias, mask=mask, scale=scale,
+      implementation=implementation)
+  if mask is not None:
+    visible_BLH1 = jnp.transpose(_row_visible(mask), (0, 2, 1, 3))
+    out_BLHD = jnp.where(visible_BLH1, out_BLHD, jnp.zeros((), dtype))
+  return out_BLHD.astype(dtype)
+
+
+def _wants_cudnn(q_BLHD):
+  return jax.default_backend() == 'gpu' and q_BLHD.dtype in (jnp.bfloat16, jnp.float16)
