@@ -22,6 +22,10 @@ class DataConfig:
   data_dir: str | None = None  # prepared-data cache; None = $TFDS_DATA_DIR or ~/tensorflow_datasets
   files: str | None = None  # 'text': a file, a folder or a glob
   validation_fraction: float = 0.1  # 'text'/'tinyshakespeare': last fraction (by position) held out
+  # 'parallel': line-aligned files, one per split in the order (train, validation, test);
+  # 1-3 entries, the same number in both, e.g. ('train.de', 'val.de'); '.gz' allowed.
+  source_files: tuple[str, ...] | None = None
+  target_files: tuple[str, ...] | None = None
   source_lang: str = 'en'
   target_lang: str = 'de'
   utf8_errors: str = choice('error', 'replace')
@@ -33,8 +37,10 @@ class DataConfig:
   # --- Batches (tx/data/pipeline, batching) -------------------------------------------
   seq_len: int = 128  # LM window / MLM row / seq2seq source length
   target_len: int = 128  # seq2seq target length
-  lm_sampling: str = choice('windows', 'packed')  # random contiguous windows or document packing
-  packing: bool = False  # seq2seq / MLM: several examples per row with segment ids
+  # causal_lm / mlm rows: contiguous windows of the joined token stream (nanoGPT), or
+  # documents (BOS + tokens + EOS) packed with segment ids; see tx/data/lm.py
+  lm_sampling: str = choice('windows', 'packed')
+  packing: bool = False  # seq2seq: several pairs per row with segment ids (causal_lm/mlm: = packed)
   length_policy: str = choice('truncate', 'drop')
   mlm_probability: float = 0.15
   mlm_mask_fraction: float = 0.8  # of the selected: -> MASK

@@ -1,0 +1,131 @@
+"""Masked-LM rows (BERT): rows of L tokens with 15% of the ordinary tokens corrupted.
+
+Rows are windows of L tokens of the joined stream (`data.lm_sampling=windows`) or
+packed documents, each BOS + tokens + EOS (`packed`, with segment ids and
+positions). Of the ordinary (non-special) tokens, `data.mlm_probability` are
+selected; a selected token becomes MASK with probability `mlm_mask_fraction`, a
+random ordinary token with `mlm_random_fraction`, and stays as it is otherwise.
+PAD, BOS, EOS, UNK and MASK are never selected and never drawn as replacements.
+
+The random draws are a counter-based hash of (seed, row position in the data
+stream, token position), not a stateful generator: a batch is a pure function of
+its row positions, so iterator checkpoints need no RNG state, and a global batch
+is masked identically whatever the number of processes sharing it.
+
+Batch keys (B rows of L = data.seq_len):
+  inputs [B, L] int32 (corrupted), targets [B, L] int32 (original tokens),
+  weights [B, L] float32 (1 exactly on selected positions)
+  packed only: segment_ids [B, L], positions [B, L]
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from tx.data.errors import DataError
+from tx.data.lm import Windows
+from tx.data.packing import Feature, PackedRows, Ragged
+from tx.data.tokenizers.specials import MASK_ID, NUM_SPECIALS
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+
+
+def splitmix64(x: np.ndarray) -> np.ndarray:
+  """splitmix64 finalizer on uint64 arrays [...] (wrapping arithmetic): a good 64-bit hash."""
+  x = x ^ (x >> np.uint64(30))
+  x = x * np.uint64(0xBF58476D1CE4E5B9)
+  x = x ^ (x >> np.uint64(27))
+  x = x * np.uint64(0x94D049BB133111EB)
+  return x ^ (x >> np.uint64(31))
+
+
+def hash_uniforms(seed: int, keys_B: np.ndarray, length: int, count: int) -> list[np.ndarray]:
+  """`count` arrays of uint64 [B, length] random bits, a pure function of (seed, key, position)."""
+  with np.errstate(over='ignore'):
+    seed_hash = splitmix64(np.full(1, seed % 2**64, np.uint64) + _GOLDEN)
+    base = splitmix64(np.asarray(keys_B, np.uint64) + seed_hash)
+    x = base[:, None] + np.arange(1, length + 1, dtype=np.uint64)[None] * _GOLDEN
+    out = []
+    for _ in range(count):
+      x = splitmix64(x + _GOLDEN)
+      out.append(x)
+  return out
+
+
+def _unit(bits: np.ndarray) -> np.ndarray:
+  """Uniform float64 in [0, 1) from uint64 bits."""
+  return (bits >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))
+
+
+@dataclasses.dataclass(frozen=True)
+class Masking:
+  """BERT corruption rates; see `mask_tokens`."""
+  vocab_size: int
+  seed: int = 0
+  probability: float = 0.15
+  mask_fraction: float = 0.8
+  random_fraction: float = 0.1
+
+  def __post_init__(self):
+    if self.vocab_size <= NUM_SPECIALS:
+      raise DataError(f'data.tokenizer: vocabulary of {self.vocab_size} has no ordinary tokens')
+
+
+def mask_tokens(tokens_BL: np.ndarray, keys_B: np.ndarray, m: Masking) -> dict[str, np.ndarray]:
+  """BERT masking of a batch.
+
+  Args:
+    tokens_BL: int32 [B, L] original tokens.
+    keys_B: int [B] the rows' global positions (seed the per-row randomness).
+    m: rates, vocabulary size and seed.
+  Returns:
+    {'inputs' int32 [B, L] corrupted, 'targets' int32 [B, L] = tokens_BL,
+     'weights' float32 [B, L] = 1 on selected positions}.
+  """
+  select_bits, kind_bits, id_bits = hash_uniforms(m.seed, keys_B, tokens_BL.shape[1], 3)
+  selected = (tokens_BL >= NUM_SPECIALS) & (_unit(select_bits) < m.probability)
+  kind = _unit(kind_bits)
+  to_mask = selected & (kind < m.mask_fraction)
+  to_random = selected & ~to_mask & (kind < m.mask_fraction + m.random_fraction)
+  random_ids = (NUM_SPECIALS + id_bits % np.uint64(m.vocab_size - NUM_SPECIALS)).astype(np.int32)
+  inputs = np.where(to_mask, MASK_ID, np.where(to_random, random_ids, tokens_BL))
+  return {'inputs': inputs.astype(np.int32), 'targets': tokens_BL.astype(np.int32),
+          'weights': selected.astype(np.float32)}
+
+
+class MLMWindows:
+  """MLM rows from windows of L tokens (eval: non-overlapping, last one padded)."""
+
+  def __init__(self, stream: np.ndarray, seq_len: int, masking: Masking, *, train: bool):
+    self.windows = Windows(stream, seq_len, stride=seq_len, train=train)
+    self.masking = masking
+    self.num_rows, self.stats = self.windows.num_rows, self.windows.stats
+
+  def batch(self, keys_B: np.ndarray, rows_B: np.ndarray) -> dict[str, np.ndarray]:
+    """{'inputs', 'targets' int32 [B, L], 'weights' float32 [B, L]}."""
+    tokens, _ = self.windows.tokens(rows_B)
+    return mask_tokens(tokens, keys_B, self.masking)
+
+
+class MLMPacked:
+  """MLM rows of packed documents (BOS + tokens + EOS each, cut to L), with segment ids."""
+
+  def __init__(self, docs: Ragged, seq_len: int, masking: Masking, *, policy: str,
+               order: np.ndarray | None = None):
+    feature = Feature(docs, seq_len, bos=True, eos=True)
+    self.rows = PackedRows({'mlm': feature}, policy=policy, packed=True, order=order)
+    self.masking = masking
+    self.num_rows, self.stats = self.rows.num_rows, self.rows.stats
+    if self.num_rows == 0:
+      raise DataError(
+          f'data.length_policy: all {len(docs)} documents are longer than data.seq_len='
+          f'{seq_len}; use data.length_policy=truncate or data.lm_sampling=windows')
+
+  def batch(self, keys_B: np.ndarray, rows_B: np.ndarray) -> dict[str, np.ndarray]:
+    """{'inputs', 'targets', 'segment_ids', 'positions' int32 [B, L], 'weights' float32 [B, L]}."""
+    d = self.rows.batch(rows_B)['mlm']
+    out = mask_tokens(d['tokens'], keys_B, self.masking)
+    out.update(segment_ids=d['segment_ids'], positions=d['positions'])
+    return out

@@ -1,0 +1,65 @@
+"""Seq2seq rows (translation): source + EOS for the encoder, BOS + target for the decoder.
+
+For a pair (s, t) of token lists:
+
+    src        = s + [EOS]            (Ls = data.seq_len positions)
+    tgt_inputs = [BOS] + t            (Lt = data.target_len; teacher forcing)
+    targets    = t + [EOS]
+    weights    = 1 on the target positions, 0 on padding
+
+`data.length_policy` 'drop' removes a pair whose src or target needs more than Ls / Lt
+positions; 'truncate' cuts the full sequence (so a cut target has no EOS).
+`data.packing=True` puts several pairs in a row (first-fit on both lengths at
+once); the row's k-th source and k-th target belong to the same pair, so
+cross-attention is restricted with `src_segment_ids == tgt_segment_ids`.
+
+Batch keys (int32 unless noted):
+  src [B, Ls], tgt_inputs [B, Lt], targets [B, Lt], weights [B, Lt] float32
+  packed only: src_segment_ids, src_positions [B, Ls], tgt_segment_ids, tgt_positions [B, Lt]
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tx.data.errors import DataError
+from tx.data.packing import Feature, PackedRows, Ragged
+
+
+class Seq2SeqRows:
+  """Rows of (source, target) pairs, one per row or packed.
+
+  Args:
+    src, tgt: aligned Ragged token ids of the split's sources and targets.
+    src_len, tgt_len: Ls, Lt.
+    policy: 'truncate' or 'drop'.
+    packed: several pairs per row.
+    order: permutation of pair ids to lay out in (training); None = dataset order.
+  """
+
+  def __init__(self, src: Ragged, tgt: Ragged, src_len: int, tgt_len: int, *, policy: str,
+               packed: bool, order: np.ndarray | None = None):
+    if len(src) != len(tgt):
+      raise DataError(f'data.dataset: {len(src)} sources but {len(tgt)} targets; '
+                      f'the source and target files must have the same number of lines')
+    features = {'src': Feature(src, src_len, eos=True),
+                'tgt': Feature(tgt, tgt_len, bos=True, eos=True, shift=True)}
+    self.packed = packed
+    self.rows = PackedRows(features, policy=policy, packed=packed, order=order)
+    self.num_rows, self.stats = self.rows.num_rows, self.rows.stats
+    if self.num_rows == 0:
+      raise DataError(
+          f'data.length_policy: no pair of {len(src)} fits data.seq_len={src_len} / '
+          f'data.target_len={tgt_len}; raise them or use data.length_policy=truncate')
+
+  def batch(self, keys_B: np.ndarray, rows_B: np.ndarray) -> dict[str, np.ndarray]:
+    """{'src' [B, Ls], 'tgt_inputs', 'targets' [B, Lt], 'weights' float32 [B, Lt], + packed keys}."""
+    del keys_B
+    d = self.rows.batch(rows_B)
+    s, t = d['src'], d['tgt']
+    out = {'src': s['tokens'], 'tgt_inputs': t['tokens'], 'targets': t['targets'],
+           'weights': t['weights']}
+    if self.packed:
+      out.update(src_segment_ids=s['segment_ids'], src_positions=s['positions'],
+                 tgt_segment_ids=t['segment_ids'], tgt_positions=t['positions'])
+    return out

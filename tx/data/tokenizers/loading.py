@@ -1,0 +1,53 @@
+"""`load_tokenizer`: reads a tokenizer saved by `Tokenizer.save`, whatever its kind."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+
+from tx.data.errors import DataError
+from tx.data.tokenizers.base import FORMAT, FORMAT_VERSION, Tokenizer
+from tx.data.tokenizers.byte import ByteTokenizer
+from tx.data.tokenizers.char import CharTokenizer
+from tx.data.tokenizers.subword import SentencePieceTokenizer
+
+# data.tokenizer value -> class.
+KINDS: dict[str, type[Tokenizer]] = {
+    'byte': ByteTokenizer,
+    'char': CharTokenizer,
+    'bpe': SentencePieceTokenizer,
+    'unigram': SentencePieceTokenizer,
+}
+
+
+def load_tokenizer(path: str | os.PathLike) -> Tokenizer:
+  """The tokenizer saved at `path` (its .json header, or the .model next to it)."""
+  path = pathlib.Path(path)
+  if path.suffix == '.model':
+    path = path.with_suffix('.json')
+  if not path.is_file():
+    raise DataError(f'tokenizer file {path} not found; save one with Tokenizer.save or build_tokenizer')
+  try:
+    header = json.loads(path.read_text(encoding='utf-8'))
+  except (UnicodeDecodeError, json.JSONDecodeError) as e:
+    raise DataError(f'tokenizer file {path} is not valid JSON ({e}); delete it to retrain') from None
+  if not isinstance(header, dict) or header.get('format') != FORMAT:
+    raise DataError(f'{path} is not a tx tokenizer file (no "format": "{FORMAT}"); '
+                    'pass the .json written by Tokenizer.save')
+  if header.get('version') != FORMAT_VERSION:
+    raise DataError(f'{path} has tokenizer format version {header.get("version")}, this tx reads '
+                    f'{FORMAT_VERSION}; delete it to retrain')
+  kind = header.get('kind')
+  if kind not in KINDS:
+    raise DataError(f'{path} has unknown tokenizer kind {kind!r}; expected one of {sorted(KINDS)}')
+  try:
+    tokenizer = KINDS[kind].from_header(header, path)
+  except DataError:
+    raise
+  except (KeyError, TypeError, ValueError) as e:
+    raise DataError(f'tokenizer file {path} is malformed ({e!r}); delete it to retrain') from None
+  if tokenizer.vocab_size != header.get('vocab_size'):
+    raise DataError(f'{path} says vocab_size {header.get("vocab_size")} but the tokenizer has '
+                    f'{tokenizer.vocab_size}; delete it to retrain')
+  return tokenizer
