@@ -4,3 +4,4 @@ from tx.config.base import (ConfigError, choice, config, fail, flatten, from_dic
                             nested, override, parse_literal, parse_overrides, to_dict)
 from tx.config.data import DataConfig
 from tx.config.model import ModelConfig, MoEConfig
+from tx.config.optim import OptimConfig

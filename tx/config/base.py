@@ -91,7 +91,7 @@ def _coerce(value, tp, key: str):
       return tuple(_coerce(v, args[0], f'{key}[{i}]') for i, v in enumerate(value))
     if args and len(args) != len(value):
       raise ConfigError(f'{key}: expected {len(args)} values, got {value!r}')
-    return tuple(_coerce(v, a, f'{key}[{i}]') for i, (v, a) in enumerate(zip(args, value)))
+    return tuple(_coerce(v, a, f'{key}[{i}]') for i, (v, a) in enumerate(zip(value, args)))
   if isinstance(tp, type) and dataclasses.is_dataclass(tp):
     if isinstance(value, tp):
       return value

@@ -21,7 +21,7 @@ from tx.config.base import choice, config, fail, nested
 
 FAMILIES = ('decoder', 'encoder', 'encoder_decoder')
 POSITIONS = ('sinusoidal', 'learned', 'rope', 'alibi', 't5', 'none')
-FFNS = ('relu', 'gelu', 'gelu_tanh', 'swiglu', 'geglu', 'reglu', 'silu')
+FFNS = ('relu', 'gelu', 'gelu_tanh', 'silu', 'swiglu', 'geglu', 'geglu_tanh', 'reglu')
 REMAT_POLICIES = ('none', 'full', 'dots', 'dots_no_batch', 'attention')
 DTYPES = ('float32', 'bfloat16', 'float16')
 
@@ -134,6 +134,9 @@ class ModelConfig:
       fail('model.t5_num_buckets',
            'needs >= 2 buckets and model.t5_max_distance > num_buckets/4 '
            f'(got {self.t5_num_buckets}, {self.t5_max_distance})')
+    if self.scan_layers and self.is_moe and self.moe.every > 1:
+      fail('model.scan_layers', 'scanned layers must be identical; use model.moe.every=1 '
+           'or model.scan_layers=False')
     if self.family != 'encoder' and self.type_vocab_size:
       fail('model.type_vocab_size', 'token types are only supported for family=encoder')
     if self.family != 'encoder' and self.num_classes:

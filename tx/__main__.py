@@ -1,0 +1,7 @@
+"""`python -m tx` = the `tx` console script."""
+
+import sys
+
+from tx.cli import main
+
+sys.exit(main())

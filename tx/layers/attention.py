@@ -1,0 +1,113 @@
+"""Multi-head attention (self or cross; MHA / GQA / MQA) with RoPE, biases and a KV cache."""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+from jax.ad_checkpoint import checkpoint_name
+
+from tx import ops
+from tx.config.base import choice, config, fail
+from tx.layers.common import DenseGeneral, constrain
+
+
+@config
+class AttentionConfig:
+  d_model: int
+  num_heads: int
+  num_kv_heads: int | None = None  # None = num_heads
+  head_dim: int | None = None  # None = d_model // num_heads
+  use_bias: bool = True
+  dropout: float = 0.0  # on the attention weights
+  scale: bool = True  # False: no 1/sqrt(d_k) (T5 folds it into the init)
+  rope: bool = False
+  rope_theta: float = 10000.0
+  rope_fraction: float = 1.0
+  implementation: str = choice('auto', 'xla', 'einsum', 'cudnn')
+  dtype: str = 'float32'
+  param_dtype: str = 'float32'
+
+  def validate(self):
+    if self.num_heads % self.kv_heads:
+      fail('num_kv_heads', f'{self.kv_heads} does not divide num_heads={self.num_heads}')
+    if self.head_dim is None and self.d_model % self.num_heads:
+      fail('d_model', f'{self.d_model} is not divisible by num_heads={self.num_heads}')
+
+  @property
+  def kv_heads(self) -> int:
+    return self.num_kv_heads or self.num_heads
+
+  @property
+  def dim(self) -> int:
+    return self.head_dim or self.d_model // self.num_heads
+
+
+class MultiHeadAttention(nn.Module):
+  """Attention of queries from `x` over keys/values from `kv` (= x for self-attention).
+
+  x [B, L, D], kv [B, S, D]; mask bool and bias float broadcastable to [B, H, L, S];
+  q_pos [B, L] / k_pos [B, S] positions for RoPE. Returns [B, L, D].
+
+  With `decode=True` keys and values are kept in the 'cache' collection: the first call
+  (at init) allocates a cache as long as its input; later calls write their L new
+  keys/values at `cache_index` and attend over the whole cache, so `mask`/`bias` must
+  then cover the cache length S_max (the model builds them).
+  """
+  cfg: AttentionConfig
+  decode: bool = False
+
+  def _proj(self, x, heads, name, axes):
+    cfg = self.cfg
+    return DenseGeneral((heads, cfg.dim), axes, use_bias=cfg.use_bias, dtype=cfg.dtype,
+                        param_dtype=cfg.param_dtype, name=name)(x)
+
+  @nn.compact
+  def __call__(self, x_BLD, kv_BSD=None, *, mask=None, bias=None, q_pos_BL=None, k_pos_BS=None,
+               cache_index=None, deterministic: bool = True, return_weights: bool = False):
+    cfg = self.cfg
+    is_self = kv_BSD is None
+    kv_BSD = x_BLD if is_self else kv_BSD
+    q_BLHD = self._proj(x_BLD, cfg.num_heads, 'query', ('embed', 'heads', 'kv'))
+    k_BSKD = self._proj(kv_BSD, cfg.kv_heads, 'key', ('embed', 'kv_heads', 'kv'))
+    v_BSKD = self._proj(kv_BSD, cfg.kv_heads, 'value', ('embed', 'kv_heads', 'kv'))
+    q_BLHD = constrain(q_BLHD, ('batch', 'length', 'heads', 'kv'))
+
+    if cfg.rope:
+      q_BLHD = ops.apply_rope(q_BLHD, q_pos_BL, cfg.rope_theta, cfg.rope_fraction)
+      k_BSKD = ops.apply_rope(k_BSKD, q_pos_BL if k_pos_BS is None else k_pos_BS,
+                              cfg.rope_theta, cfg.rope_fraction)
+
+    if self.decode and is_self:
+      k_BSKD, v_BSKD = self._update_cache(k_BSKD, v_BSKD, cache_index)
+
+    dropout_rng = None
+    if cfg.dropout > 0 and not deterministic:
+      dropout_rng = self.make_rng('dropout')
+    result = ops.dot_product_attention(
+        q_BLHD, k_BSKD, v_BSKD, mask=mask, bias=bias,
+        scale=None if cfg.scale else 1.0, implementation=cfg.implementation,
+        return_weights=return_weights, dropout_rate=cfg.dropout if dropout_rng is not None else 0.0,
+        dropout_rng=dropout_rng)
+    if return_weights:
+      out_BLHD, weights_BHLS = result
+      self.sow('intermediates', 'attention_weights', weights_BHLS)
+    else:
+      out_BLHD = result
+    out_BLHD = checkpoint_name(constrain(out_BLHD, ('batch', 'length', 'heads', 'kv')),
+                               'attention_out')
+    return DenseGeneral((cfg.d_model,), ('heads', 'kv', 'embed'), in_dims=2,
+                        use_bias=cfg.use_bias, dtype=cfg.dtype, param_dtype=cfg.param_dtype,
+                        name='out')(out_BLHD)
+
+  def _update_cache(self, k_BLKD, v_BLKD, cache_index):
+    """Writes the new keys/values at `cache_index`; returns the whole cache [B, S_max, K, D]."""
+    initialized = self.has_variable('cache', 'cached_key')
+    cached_k = self.variable('cache', 'cached_key', jnp.zeros, k_BLKD.shape, k_BLKD.dtype)
+    cached_v = self.variable('cache', 'cached_value', jnp.zeros, v_BLKD.shape, v_BLKD.dtype)
+    if not initialized:  # the allocating call at init attends over its own input only
+      return k_BLKD, v_BLKD
+    start = (0, cache_index, 0, 0)
+    cached_k.value = jax.lax.dynamic_update_slice(cached_k.value, k_BLKD.astype(cached_k.value.dtype), start)
+    cached_v.value = jax.lax.dynamic_update_slice(cached_v.value, v_BLKD.astype(cached_v.value.dtype), start)
+    return cached_k.value, cached_v.value

@@ -1,0 +1,83 @@
+"""Small helpers shared by the Linen layers: dtypes, activations, partitioned initialisers."""
+
+from __future__ import annotations
+
+import functools
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+ACTIVATIONS = {
+    'relu': nn.relu,
+    'gelu': functools.partial(nn.gelu, approximate=False),
+    'gelu_tanh': functools.partial(nn.gelu, approximate=True),
+    'silu': nn.silu,
+}
+# Gated variants (Shazeer 2020): act(x·W0) * (x·W1). The activation is named by the value.
+GATED = {'swiglu': 'silu', 'geglu': 'gelu', 'geglu_tanh': 'gelu_tanh', 'reglu': 'relu'}
+FFN_ACTIVATIONS = tuple(ACTIVATIONS) + tuple(GATED)
+
+
+def activation(name: str):
+  """Returns (fn, gated) for an FFN activation name such as 'relu' or 'swiglu'."""
+  if name in GATED:
+    return ACTIVATIONS[GATED[name]], True
+  return ACTIVATIONS[name], False
+
+
+def dtype(name: str):
+  """The jnp dtype for a config name ('float32', 'bfloat16', ...)."""
+  return jnp.dtype(name)
+
+
+def partitioned(init, axes: tuple[str | None, ...]):
+  """Wraps an initialiser so the parameter carries logical axis names (for sharding rules)."""
+  return nn.with_logical_partitioning(init, axes)
+
+
+def constrain(x, axes: tuple[str | None, ...]):
+  """Logical sharding constraint on an activation (a no-op without a mesh and rules)."""
+  return nn.with_logical_constraint(x, axes)
+
+
+default_kernel_init = nn.initializers.xavier_uniform()
+
+
+def dropout(module: nn.Module, x, rate: float, deterministic: bool):
+  """Dropout that skips the RNG entirely when not needed (rate 0 or deterministic)."""
+  if rate == 0.0 or deterministic:
+    return x
+  keep = jax.random.bernoulli(module.make_rng('dropout'), 1.0 - rate, x.shape)
+  return jnp.where(keep, x / (1.0 - rate), jnp.zeros_like(x))
+
+
+class DenseGeneral(nn.Module):
+  """x [..., *in] -> [..., *features] with a kernel of shape [*in, *features].
+
+  Unlike flax's DenseGeneral the kernel is created in its final shape, so logical axis
+  names (`axes`, one per kernel dimension) survive under a mesh. Xavier-uniform init
+  with fan-in = prod(in) and fan-out = prod(features).
+  """
+  features: tuple[int, ...]
+  axes: tuple[str | None, ...]
+  in_dims: int = 1
+  use_bias: bool = True
+  dtype: str = 'float32'
+  param_dtype: str = 'float32'
+
+  @nn.compact
+  def __call__(self, x):
+    in_shape = tuple(x.shape[-self.in_dims:])
+    shape = in_shape + tuple(self.features)
+    init = nn.initializers.variance_scaling(
+        1.0, 'fan_avg', 'uniform', in_axis=tuple(range(self.in_dims)),
+        out_axis=tuple(range(self.in_dims, len(shape))))
+    kernel = self.param('kernel', partitioned(init, self.axes), shape, dtype(self.param_dtype))
+    y = jnp.tensordot(x.astype(dtype(self.dtype)), kernel.astype(dtype(self.dtype)),
+                      axes=self.in_dims)
+    if self.use_bias:
+      bias = self.param('bias', partitioned(nn.initializers.zeros, self.axes[self.in_dims:]),
+                        tuple(self.features), dtype(self.param_dtype))
+      y = y + bias.astype(y.dtype)
+    return y

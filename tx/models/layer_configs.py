@@ -1,0 +1,78 @@
+"""From one `ModelConfig` to the small per-layer configs of `tx.layers`.
+
+This is the only place that reads the whole model config on behalf of layers, so the
+layers stay reusable on their own (DESIGN.md: a layer never sees the experiment config).
+"""
+
+from __future__ import annotations
+
+from tx.config.model import ModelConfig
+from tx.layers.attention import AttentionConfig
+from tx.layers.block import BlockConfig
+from tx.layers.embed import EmbedConfig, PositionConfig
+from tx.layers.ffn import FFNConfig
+from tx.layers.moe import MoELayerConfig
+from tx.layers.norm import NormConfig
+from tx.layers.relative_bias import RelativeBiasConfig
+
+
+def norm_config(cfg: ModelConfig) -> NormConfig:
+  return NormConfig(kind=cfg.norm, eps=cfg.norm_eps, use_bias=cfg.norm_bias, dtype=cfg.dtype,
+                    param_dtype=cfg.param_dtype)
+
+
+def attention_config(cfg: ModelConfig, *, cross: bool = False) -> AttentionConfig:
+  return AttentionConfig(
+      d_model=cfg.d_model, num_heads=cfg.num_heads, num_kv_heads=cfg.num_kv_heads,
+      head_dim=cfg.head_dim, use_bias=cfg.use_bias, dropout=cfg.attention_dropout,
+      scale=cfg.scale_attention, rope=cfg.position == 'rope' and not cross,
+      rope_theta=cfg.rope_theta, rope_fraction=cfg.rope_fraction,
+      implementation=cfg.attention_impl, dtype=cfg.dtype, param_dtype=cfg.param_dtype)
+
+
+def ffn_config(cfg: ModelConfig) -> FFNConfig:
+  return FFNConfig(d_model=cfg.d_model, d_ff=cfg.d_ff, activation=cfg.ffn, use_bias=cfg.use_bias,
+                   dtype=cfg.dtype, param_dtype=cfg.param_dtype)
+
+
+def moe_config(cfg: ModelConfig) -> MoELayerConfig:
+  m = cfg.moe
+  return MoELayerConfig(
+      d_model=cfg.d_model, d_ff=cfg.d_ff, activation=cfg.ffn, num_experts=m.num_experts,
+      top_k=m.top_k, capacity_factor=m.capacity_factor, aux_loss_weight=m.aux_loss_weight,
+      router_z_loss_weight=m.router_z_loss_weight, use_bias=cfg.use_bias, dtype=cfg.dtype,
+      param_dtype=cfg.param_dtype)
+
+
+def block_config(cfg: ModelConfig, *, cross: bool = False, moe: bool = False) -> BlockConfig:
+  return BlockConfig(
+      attention=attention_config(cfg), norm=norm_config(cfg),
+      ffn=None if moe else ffn_config(cfg), moe=moe_config(cfg) if moe else None,
+      cross_attention=attention_config(cfg, cross=True) if cross else None,
+      norm_position=cfg.norm_position, dropout=cfg.dropout)
+
+
+def block_configs(cfg: ModelConfig, num_layers: int, *, cross: bool = False) -> list[BlockConfig]:
+  """One config per layer; with MoE every `moe.every`-th block (the last of each group) is MoE."""
+  every = cfg.moe.every
+  return [block_config(cfg, cross=cross, moe=cfg.is_moe and (i + 1) % every == 0)
+          for i in range(num_layers)]
+
+
+def embed_config(cfg: ModelConfig, vocab_size: int) -> EmbedConfig:
+  return EmbedConfig(vocab_size=vocab_size, d_model=cfg.d_model,
+                     scale_by_sqrt_dim=cfg.scale_embeddings, dtype=cfg.dtype,
+                     param_dtype=cfg.param_dtype)
+
+
+def position_config(cfg: ModelConfig) -> PositionConfig | None:
+  if cfg.position not in ('learned', 'sinusoidal'):
+    return None
+  return PositionConfig(kind=cfg.position, max_len=cfg.max_len, d_model=cfg.d_model,
+                        dtype=cfg.dtype, param_dtype=cfg.param_dtype)
+
+
+def relative_bias_config(cfg: ModelConfig, *, bidirectional: bool) -> RelativeBiasConfig:
+  return RelativeBiasConfig(num_heads=cfg.num_heads, num_buckets=cfg.t5_num_buckets,
+                            max_distance=cfg.t5_max_distance, bidirectional=bidirectional,
+                            param_dtype=cfg.param_dtype)
