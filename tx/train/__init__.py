@@ -1,0 +1,1 @@
+"""Training: loop, step, optimizer, checkpoints, mesh and sharding rules, metrics."""
