@@ -19,13 +19,13 @@ def top_k_filter(logits_BV, k: int):
 def top_p_filter(logits_BV, p: float):
   """Nucleus filtering: keeps the smallest set of most likely tokens whose probability
   mass reaches p, including the token that crosses p. p >= 1 keeps all. [B, V] -> [B, V]."""
-  if p >= 1.0:
+  if isinstance(p, (int, float)) and p >= 1.0:
     return logits_BV
   order = jnp.argsort(-logits_BV, axis=-1)
   sorted_logits = jnp.take_along_axis(logits_BV, order, axis=-1)
   probs = jax.nn.softmax(sorted_logits.astype(jnp.float32), axis=-1)
   mass_before = jnp.cumsum(probs, axis=-1) - probs  # mass of strictly more likely tokens
-  keep_sorted = mass_before < p  # the first token always stays
+  keep_sorted = (mass_before < p) | (p >= 1.0)  # the first token always stays
   keep = jnp.zeros_like(keep_sorted).at[
       jnp.arange(logits_BV.shape[0])[:, None], order].set(keep_sorted)
   return jnp.where(keep, logits_BV, NEG_INF)
