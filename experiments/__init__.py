@@ -1,0 +1,1 @@
+"""Built-in experiments: each module registers its configs with `tx.registry.experiment`."""

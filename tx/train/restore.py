@@ -1,0 +1,47 @@
+"""Loading a trained run back: its config, tokenizer and a checkpoint's state."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import flax.linen as nn
+import jax
+
+from tx.models.build import build_model
+from tx.train import run_dir
+from tx.train.checkpoint import Checkpointer
+from tx.train.errors import CheckpointError
+from tx.train.mesh import logical_rules, make_mesh
+from tx.train.optimizer import make_optimizer
+from tx.train.state import state_shardings
+
+
+def load_run(workdir: str | Path, *, step: int | None = None):
+  """(config, state, mesh) of the run in `workdir` at `step` (default: latest complete)."""
+  workdir = Path(workdir)
+  cfg = run_dir.load_run_config(workdir)
+  ckpt_dir = workdir / run_dir.CHECKPOINTS
+  if not ckpt_dir.exists():
+    raise CheckpointError(f'{ckpt_dir}: no checkpoints; train first with `tx train`')
+  model = build_model(cfg.model)
+  optimizer, _ = make_optimizer(cfg.optim, total_steps=cfg.train.steps,
+                                d_model=cfg.model.d_model)
+  mesh = make_mesh(cfg.mesh)
+  ckpt = Checkpointer(ckpt_dir, keep=cfg.train.keep_checkpoints, async_save=False)
+  try:
+    with jax.set_mesh(mesh), \
+        nn.logical_axis_rules(logical_rules(cfg.mesh)):
+      abstract, _ = state_shardings(model, optimizer, cfg.model, mesh, logical_rules(cfg.mesh),
+                                    cfg.train.seed)
+      if step is None and ckpt.latest_step() is None:
+        raise CheckpointError(f'{ckpt_dir}: no complete checkpoint; train first with `tx train`')
+      state, _, meta, step = ckpt.restore(abstract, step=step)
+  finally:
+    ckpt.close()
+  return cfg, state, mesh, step
+
+
+def run_tokenizer(cfg):
+  """The tokenizer the run was trained with (cached next to the prepared data)."""
+  from tx.data.pipeline import dataset_tokenizer  # pylint: disable=g-import-not-at-top
+  return dataset_tokenizer(cfg.data)

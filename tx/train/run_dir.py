@@ -1,0 +1,106 @@
+"""What a run leaves in `--workdir`: config.json, metrics.jsonl, TensorBoard events,
+checkpoints/ and summary.json."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import jax
+
+from tx.config.base import ConfigError, from_dict, to_dict
+
+CONFIG = 'config.json'
+METRICS = 'metrics.jsonl'
+SUMMARY = 'summary.json'
+CHECKPOINTS = 'checkpoints'
+
+
+def write_json(path: Path, data) -> None:
+  """Atomic JSON write (temp file + rename): a reader never sees half a file."""
+  tmp = path.with_name(f'.{path.name}.tmp')
+  tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + '\n')
+  os.replace(tmp, path)
+
+
+def read_json(path: Path):
+  return json.loads(Path(path).read_text())
+
+
+def check_workdir(workdir: str | Path, experiment: str) -> Path:
+  """Refuses an unwritable workdir or one holding a different experiment's run.
+
+  Writes nothing; the caller writes config.json once everything else has been validated.
+  """
+  path = Path(workdir).expanduser().resolve()
+  probe = path
+  while not probe.exists():
+    probe = probe.parent
+  if not os.access(probe, os.W_OK):
+    raise ConfigError(f'--workdir: {path} is not writable; choose a directory you can write to')
+  if path.exists() and not path.is_dir():
+    raise ConfigError(f'--workdir: {path} exists and is not a directory')
+  config_path = path / CONFIG
+  if config_path.exists():
+    try:
+      previous = read_json(config_path).get('name')
+    except (OSError, ValueError):
+      raise ConfigError(f'--workdir: {config_path} is unreadable; remove it or use another '
+                        'workdir') from None
+    if previous != experiment:
+      raise ConfigError(f'--workdir: {path} holds a run of experiment {previous!r}, not '
+                        f'{experiment!r}; use another --workdir')
+  return path
+
+
+def load_run_config(workdir: str | Path):
+  """The ExperimentConfig a run directory was trained with."""
+  from tx.config.experiment import ExperimentConfig  # pylint: disable=g-import-not-at-top
+  path = Path(workdir) / CONFIG
+  if not path.exists():
+    raise ConfigError(f'--workdir: {path} not found; point --workdir at a directory made by '
+                      '`tx train`')
+  return from_dict(ExperimentConfig, read_json(path))
+
+
+class MetricsWriter:
+  """One JSON object per log step in metrics.jsonl, mirrored to TensorBoard (process 0)."""
+
+  def __init__(self, workdir: Path):
+    self.enabled = jax.process_index() == 0
+    self._file = None
+    self._tb = None
+    if self.enabled:
+      self._file = open(workdir / METRICS, 'a', buffering=1)
+      try:
+        from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
+        self._tb = SummaryWriter(str(workdir / 'tensorboard'))
+      except ImportError:
+        self._tb = None
+
+  def write(self, step: int, metrics: dict, prefix: str = '') -> None:
+    if not self.enabled:
+      return
+    row = {'step': int(step), 'time': time.time()}
+    row.update({f'{prefix}{k}': _plain(v) for k, v in metrics.items()})
+    self._file.write(json.dumps(row) + '\n')
+    if self._tb is not None:
+      for k, v in metrics.items():
+        if isinstance(v, (int, float)):
+          self._tb.add_scalar(f'{prefix}{k}', v, step)
+
+  def close(self) -> None:
+    if self._file:
+      self._file.close()
+    if self._tb is not None:
+      self._tb.close()
+
+
+def _plain(v):
+  return float(v) if hasattr(v, '__float__') and not isinstance(v, (int, bool)) else v
+
+
+def config_dict(cfg) -> dict:
+  return to_dict(cfg)
