@@ -2,8 +2,10 @@
 
     tx list
     tx train EXPERIMENT --workdir DIR [--set key=value ...]
-    tx eval --workdir DIR [--split NAME] [--step N]
+    tx eval --workdir DIR [--split NAME] [--step N] [--extrapolation 1,2,4] [--bleu-batches N]
     tx generate --workdir DIR (--prompt TEXT | --input FILE) [--output FILE] [--set decode.*=...]
+    tx sweep SWEEP --workdir DIR [--seeds N] [--only PATTERN] [--dry-run | --commands] [--set ...]
+    tx compare DIR... [--metric NAME] [--baseline VARIANT] [--out DIR]
 
 Errors a user can cause (an unknown experiment or key, a bad value, a missing file, a
 workdir holding another run) exit with status 2 and one line naming the cause and the
@@ -15,19 +17,25 @@ from __future__ import annotations
 import argparse
 import sys
 
-LATER = {'sweep': 'issue: registry & sweeps', 'compare': 'issue: registry & sweeps',
-         'bench': 'issue: performance', 'plan': 'issue: performance'}
+LATER = {'bench': 'issue: performance', 'plan': 'issue: performance'}
 
 
 class UserError(Exception):
   """Raised for command-line misuse; printed as one line."""
 
 
+class _Parser(argparse.ArgumentParser):
+  """argparse, but a usage error is one line (no usage block), like every other tx error."""
+
+  def error(self, message):
+    self.exit(2, f'{self.prog}: error: {message} (see `{self.prog} --help`)\n')
+
+
 def _parser() -> argparse.ArgumentParser:
-  p = argparse.ArgumentParser(prog='tx', description='tx: Transformers for research in JAX.')
+  p = _Parser(prog='tx', description='tx: Transformers for research in JAX.')
   sub = p.add_subparsers(dest='command', required=True, metavar='COMMAND')
 
-  sub.add_parser('list', help='registered experiments, one line each')
+  sub.add_parser('list', help='registered experiments and sweeps, one line each')
 
   t = sub.add_parser('train', help='train an experiment into --workdir (resumes if possible)')
   t.add_argument('experiment')
@@ -41,6 +49,14 @@ def _parser() -> argparse.ArgumentParser:
   e.add_argument('--split', default='validation', choices=('train', 'validation', 'test'))
   e.add_argument('--step', type=int, default=None, help='checkpoint step (default: latest)')
   e.add_argument('--batches', type=int, default=None, help='at most this many batches')
+  e.add_argument('--extrapolation', default='1,2,4', metavar='K,K,...',
+                 help='LMs: perplexity at these multiples of data.seq_len (none: skip)')
+  e.add_argument('--bleu-batches', type=int, default=None, metavar='N',
+                 help='seq2seq: BLEU/chrF on the first N decode batches (0: skip; default all)')
+  e.add_argument('--decode-batch', type=int, default=None, metavar='N',
+                 help='seq2seq: sentences per decoding call (default train.batch_size)')
+  e.add_argument('--set', nargs='+', action='extend', default=[], metavar='KEY=VALUE',
+                 help='decode.* overrides for BLEU, e.g. --set decode.beam_size=5')
 
   g = sub.add_parser('generate', help='continue prompts / translate inputs with a checkpoint')
   g.add_argument('--workdir', required=True)
@@ -49,21 +65,60 @@ def _parser() -> argparse.ArgumentParser:
   src.add_argument('--input', help='a file with one prompt / source sentence per line')
   g.add_argument('--output', help='also write the outputs here, one per line')
   g.add_argument('--step', type=int, default=None)
+  g.add_argument('--batch-size', type=int, default=32, help='texts per decoding call')
   g.add_argument('--set', nargs='+', action='extend', default=[], metavar='KEY=VALUE',
                  help='decode.* overrides, e.g. --set decode.strategy=sample decode.top_p=0.9')
 
+  _sweep_parsers(sub)
   for name, where in LATER.items():
     sub.add_parser(name, help=f'(coming: {where})')
   return p
 
 
+def _sweep_parsers(sub) -> None:
+  s = sub.add_parser('sweep', help='run every variant x seed of a registered sweep')
+  s.add_argument('sweep')
+  s.add_argument('--workdir', required=True, help='runs go to DIR/<variant>/seed_<k>')
+  s.add_argument('--seeds', type=int, default=None, help="replaces the sweep's seed count")
+  s.add_argument('--only', nargs='+', action='extend', default=None, metavar='PATTERN',
+                 help='only variants whose name matches a glob or contains the text')
+  how = s.add_mutually_exclusive_group()
+  how.add_argument('--dry-run', action='store_true', help='print the plan; write nothing')
+  how.add_argument('--commands', action='store_true',
+                   help='print one `tx train` line per run (for schedulers); write nothing')
+  s.add_argument('--set', nargs='+', action='extend', default=[], metavar='KEY=VALUE',
+                 help='overrides for every run, e.g. --set train.steps=50')
+
+  c = sub.add_parser('compare', help='table, CSV and plots of runs / sweeps, with error bars')
+  c.add_argument('dirs', nargs='+', metavar='DIR', help='sweep dirs, run dirs or their parents')
+  c.add_argument('--metric', default='eval.loss',
+                 help='summary metric, e.g. eval.bits_per_byte, eval.extrapolation.256')
+  c.add_argument('--baseline', default=None, help='variant the others are compared with')
+  c.add_argument('--out', default=None, help='where compare.md/.csv and plots go')
+
+
 def cmd_list(args) -> int:
   from tx import registry  # pylint: disable=g-import-not-at-top
   names = registry.names()
-  width = max(map(len, names), default=0)
+  sweeps = registry.sweep_names()
+  width = max(map(len, names + sweeps), default=0)
   for name in names:
     print(f'{name:<{width}}  {registry.entry(name).description}')
+  for name in sweeps:
+    s = registry.get_sweep(name)
+    print(f'{name:<{width}}  [sweep: {s.base}, {len(s.axes)} variants x {len(s.seeds)} seeds] '
+          f'{s.description}')
   return 0
+
+
+def cmd_sweep(args) -> int:
+  from tx.sweep.runner import cli  # pylint: disable=g-import-not-at-top
+  return cli(args)
+
+
+def cmd_compare(args) -> int:
+  from tx.compare.cli import cli  # pylint: disable=g-import-not-at-top
+  return cli(args)
 
 
 def cmd_train(args) -> int:
@@ -109,7 +164,8 @@ def main(argv=None) -> int:
     errors += (DataError, CheckpointError)
   except ImportError:
     pass
-  commands = {'list': cmd_list, 'train': cmd_train, 'eval': cmd_eval, 'generate': cmd_generate}
+  commands = {'list': cmd_list, 'train': cmd_train, 'eval': cmd_eval, 'generate': cmd_generate,
+              'sweep': cmd_sweep, 'compare': cmd_compare}
   try:
     return commands[args.command](args)
   except errors as e:

@@ -1,4 +1,4 @@
-"""Experiments (and, later, sweeps) registered by name.
+"""Experiments and sweeps registered by name.
 
 An experiment is a function returning a full, validated ExperimentConfig; its docstring
 opens with one line of description, then the command and the expected result.
@@ -13,7 +13,14 @@ opens with one line of description, then the command and the expected result.
       \"\"\"lm_tiny with RoPE.\"\"\"
       return derive('lm_tiny', {'model.position': 'rope'})   # variants derive, never copy
 
-Built-in experiments live in the top-level `experiments/` package and register on import.
+A sweep is a base experiment x axes of overrides x seeds (the language: tx/sweep/axes.py):
+
+    sweep('ablate_positions', base='lm_tiny', seeds=3,
+          axes=axis('model.position', ['sinusoidal', 'rope', 'alibi']),
+          baseline={'model.position': 'sinusoidal'}, description='...')
+
+Built-in experiments and sweeps live in the top-level `experiments/` package and register
+on import.
 """
 
 from __future__ import annotations
@@ -25,6 +32,8 @@ from typing import Callable
 
 from tx.config.base import ConfigError, override
 from tx.config.experiment import ExperimentConfig
+from tx.sweep.axes import axis, cases, product, zip_  # noqa: F401  (the sweep language)
+from tx.sweep.spec import Sweep, make_sweep
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,6 +45,7 @@ class Entry:
 
 
 _EXPERIMENTS: dict[str, Entry] = {}
+_SWEEPS: dict[str, Sweep] = {}
 _LOADED = False
 
 
@@ -86,3 +96,37 @@ def get(name: str, overrides: dict | None = None) -> ExperimentConfig:
 def derive(base: str, overrides: dict) -> ExperimentConfig:
   """A variant of a registered experiment: the base config plus dotted overrides."""
   return override(entry(base).fn(), overrides)
+
+
+def sweep(name: str, *, base: str, axes=None, seeds=1, baseline=None,
+          overrides: dict | None = None, description: str = '') -> Sweep:
+  """Registers and returns the sweep `name`: experiment `base` x `axes` x `seeds`.
+
+  axes: axis(...), product(...), zip_(...), cases(...) or a list of them (their product);
+  seeds: a count or a list of offsets added to the base train.seed; baseline: the
+  overrides (or the name) of the variant others are compared with (default: the first);
+  overrides: applied to every variant. Configs are validated when the sweep is planned.
+  """
+  s = make_sweep(name, base=base, axes=axes, seeds=seeds, baseline=baseline,
+                 overrides=overrides, description=description)
+  if name in _SWEEPS and _SWEEPS[name] != s:
+    raise ValueError(f'sweep {name!r} is registered twice')
+  _SWEEPS[name] = s
+  return s
+
+
+def sweep_names() -> list[str]:
+  """Names of the registered sweeps, sorted."""
+  load_builtin()
+  return sorted(_SWEEPS)
+
+
+def get_sweep(name: str) -> Sweep:
+  """The registered sweep `name` (ConfigError listing the known sweeps otherwise)."""
+  load_builtin()
+  if name not in _SWEEPS:
+    known = ', '.join(sorted(_SWEEPS)) or 'none'
+    hint = f'; {name} is an experiment: use `tx train {name}`' if name in _EXPERIMENTS else ''
+    raise ConfigError(f'sweep {name!r} is not registered; known sweeps: {known} '
+                      f'(see `tx list`){hint}')
+  return _SWEEPS[name]

@@ -6,53 +6,20 @@ import json
 from pathlib import Path
 
 import jax
-import numpy as np
 
 from tx.config.base import ConfigError, override, parse_overrides
-from tx.data.tokenizers.specials import EOS_ID, PAD_ID
-from tx.decode.generate import generate_lm, generate_seq2seq, left_pad
+from tx.decode.texts import generate_texts
 
 DEFAULT_PROMPT = {'stdlib': 'def ', 'tinyshakespeare': 'ROMEO:'}
 
 
-def _decode_settings(cfg, pairs: list[str]):
+def _decode_settings(cfg, pairs: list[str], command: str = 'generate'):
   """The run's DecodeConfig with `decode.*` overrides from the command line."""
-  overrides = parse_overrides(pairs)
+  overrides = parse_overrides(pairs or [])
   for key in overrides:
     if not key.startswith('decode.'):
-      raise ConfigError(f'{key}: tx generate only takes decode.* overrides')
+      raise ConfigError(f'{key}: tx {command} only takes decode.* overrides')
   return override(cfg, overrides).decode if overrides else cfg.decode
-
-
-def _strip(ids) -> list[int]:
-  out = []
-  for i in np.asarray(ids).tolist():
-    if i in (EOS_ID,):
-      break
-    if i != PAD_ID:
-      out.append(i)
-  return out
-
-
-def generate_texts(cfg, params, tokenizer, texts: list[str], decode_cfg) -> list[str]:
-  """Continuations (decoder-only) or translations (encoder-decoder) of `texts`."""
-  if cfg.model.family == 'encoder':
-    raise ConfigError('model.family=encoder does not generate; use tx eval for masked LMs')
-  if decode_cfg.strategy == 'beam':
-    from tx.decode.beam import beam_search_texts  # pylint: disable=g-import-not-at-top
-    return beam_search_texts(cfg, params, tokenizer, texts, decode_cfg)
-  rng = jax.random.key(decode_cfg.seed)
-  kw = dict(max_new=decode_cfg.max_len, strategy=decode_cfg.strategy,
-            temperature=decode_cfg.temperature, top_k=decode_cfg.top_k, top_p=decode_cfg.top_p)
-  if cfg.model.family == 'decoder':
-    prompts = [tokenizer.encode(t) for t in texts]
-    out = generate_lm(cfg.model, params, left_pad(prompts), rng, **kw)
-  else:
-    src = [tokenizer.encode(t)[:cfg.data.seq_len - 1] + [EOS_ID] for t in texts]
-    width = max(len(s) for s in src)
-    src = np.asarray([s + [PAD_ID] * (width - len(s)) for s in src], np.int32)
-    out = generate_seq2seq(cfg.model, params, src, rng, **kw)
-  return [tokenizer.decode(_strip(row)) for row in np.asarray(out)]
 
 
 def sample_after_training(result) -> str:
@@ -67,34 +34,104 @@ def sample_after_training(result) -> str:
 
 
 def run_generate(args) -> int:
+  """`tx generate`: prints (and with --output writes, one line each) the outputs of a run."""
   from tx.train.restore import load_run, run_tokenizer  # pylint: disable=g-import-not-at-top
+  from tx.train.run_dir import load_run_config  # pylint: disable=g-import-not-at-top
   if args.input:
     path = Path(args.input)
     if not path.exists():
-      raise ConfigError(f'--input: {path} not found')
-    texts = [line.rstrip('\n') for line in path.read_text().splitlines()]
+      raise ConfigError(f'--input: {path} not found; pass an existing file, one text per line')
+    texts = path.read_text().splitlines()
   else:
     texts = [args.prompt]
-  from tx.train.run_dir import load_run_config  # pylint: disable=g-import-not-at-top
   decode_cfg = _decode_settings(load_run_config(args.workdir), args.set)
   cfg, state, _, _ = load_run(args.workdir, step=args.step)
-  outputs = generate_texts(cfg, state.params, run_tokenizer(cfg), texts, decode_cfg)
+  outputs = generate_texts(cfg, state.params, run_tokenizer(cfg), texts, decode_cfg,
+                           batch_size=getattr(args, 'batch_size', None) or 32)
   for text, out in zip(texts, outputs):
     print(out if cfg.model.family == 'encoder_decoder' else text + out)
   if args.output:
-    Path(args.output).write_text('\n'.join(outputs) + '\n')
+    Path(args.output).write_text(''.join(o.replace('\n', ' ') + '\n' for o in outputs))
   return 0
 
 
+def parse_factors(text: str | None) -> tuple[int, ...]:
+  """'1,2,4' -> (1, 2, 4); '' / 'none' / '0' -> () (no extrapolation table)."""
+  if text is None or text.strip().lower() in ('', 'none', '0'):
+    return ()
+  try:
+    factors = tuple(int(x) for x in text.split(','))
+  except ValueError:
+    raise ConfigError(f'--extrapolation: {text!r} is not a comma-separated list of integers; '
+                      'use e.g. --extrapolation 1,2,4') from None
+  if any(k < 1 for k in factors):
+    raise ConfigError(f'--extrapolation: factors must be >= 1, got {text!r}')
+  return factors
+
+
+def _generation_metrics(cfg, params, mesh, split: str, args, loss_metrics: dict) -> dict:
+  """The family's extra metrics: BLEU/chrF, the extrapolation table, masked-token scores."""
+  from tx.decode import evaluation  # pylint: disable=g-import-not-at-top
+  from tx.train.restore import run_tokenizer  # pylint: disable=g-import-not-at-top
+  task = cfg.task_name
+  if task == 'seq2seq':
+    batches = getattr(args, 'bleu_batches', None)
+    if batches == 0:
+      return {}
+    batch_size = getattr(args, 'decode_batch', None) or cfg.train.batch_size
+    decode_cfg = _decode_settings(cfg, getattr(args, 'set', None), 'eval')
+    return evaluation.translation_scores(
+        cfg, params, split, decode_cfg=decode_cfg, batch_size=batch_size,
+        max_sentences=None if batches is None else batches * batch_size,
+        tokenizer=run_tokenizer(cfg))
+  if task == 'causal_lm':
+    factors = parse_factors(getattr(args, 'extrapolation', '1,2,4'))
+    if not factors:
+      return {}
+    return evaluation.extrapolation(cfg, params, split, mesh, factors=factors,
+                                    max_batches=args.batches, tokenizer=run_tokenizer(cfg))
+  return evaluation.masked_lm_scores(loss_metrics) if loss_metrics else {}
+
+
+def _report(result: dict) -> None:
+  if 'bleu' in result:
+    for key in sorted(k for k in result if k.startswith('bleu_') and k != 'bleu_signature'):
+      s = key[len('bleu_'):]
+      print(f'{s:>8}: BLEU {result[key]:6.2f}  chrF {result[f"chrf_{s}"]:6.2f}')
+    print(f'sacreBLEU {result["bleu_signature"]}\nchrF {result["chrf_signature"]}')
+  if 'extrapolation' in result:
+    print('context  perplexity')
+    for length, ppl in result['extrapolation'].items():
+      print(f'{length:>7}  {ppl:10.3f}')
+    if result.get('extrapolation_note'):
+      print('note:', result['extrapolation_note'])
+
+
+def merge_into_summary(workdir: Path, extra: dict, *, split: str, step: int) -> None:
+  """Adds `extra` under summary.json's 'eval' (with where it came from: 'tx_eval')."""
+  from tx.train import run_dir  # pylint: disable=g-import-not-at-top
+  path = Path(workdir) / run_dir.SUMMARY
+  summary = run_dir.read_json(path) if path.exists() else {}
+  section = dict(summary.get('eval') or {})
+  section.update({k: v for k, v in extra.items() if not k.startswith('examples_')})
+  section['tx_eval'] = {'split': split, 'step': step}
+  summary['eval'] = section
+  run_dir.write_json(path, summary)
+
+
 def run_eval(args) -> int:
+  """`tx eval`: loss metrics on --split plus the family's extras (BLEU/chrF greedy and beam,
+  the extrapolation table, masked-token scores); writes eval_<split>_<step>.json and
+  merges the extras into summary.json's 'eval'."""
   from tx.config.experiment import ExperimentConfig  # pylint: disable=g-import-not-at-top
   from tx.data import make_pipeline  # pylint: disable=g-import-not-at-top
   from tx.models.build import build_model  # pylint: disable=g-import-not-at-top
   from tx.tasks import make_task  # pylint: disable=g-import-not-at-top
+  from tx.train import run_dir  # pylint: disable=g-import-not-at-top
   from tx.train.evaluate import evaluate  # pylint: disable=g-import-not-at-top
   from tx.train.restore import load_run, run_tokenizer  # pylint: disable=g-import-not-at-top
   from tx.train.step import make_eval_step  # pylint: disable=g-import-not-at-top
-  from tx.train import run_dir  # pylint: disable=g-import-not-at-top
+  parse_factors(getattr(args, 'extrapolation', None))  # a bad flag fails before any work
   cfg, state, mesh, step = load_run(args.workdir, step=args.step)
   assert isinstance(cfg, ExperimentConfig)
   task = make_task(cfg)
@@ -103,8 +140,12 @@ def run_eval(args) -> int:
                        shard_index=jax.process_index(), shard_count=jax.process_count())
   eval_step = jax.jit(make_eval_step(build_model(cfg.model), task))
   metrics = evaluate(eval_step, state.params, pipe, mesh, max_batches=args.batches)
-  result = {'step': step, 'split': args.split, **metrics}
+  extra = _generation_metrics(cfg, state.params, mesh, args.split, args, metrics)
+  result = {'step': step, 'split': args.split, **metrics, **extra}
   print(json.dumps(result, indent=2, sort_keys=True))
+  _report(result)
   if jax.process_index() == 0:
     run_dir.write_json(Path(args.workdir) / f'eval_{args.split}_{step}.json', result)
+    if extra:
+      merge_into_summary(args.workdir, extra, split=args.split, step=step)
   return 0

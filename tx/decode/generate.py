@@ -1,9 +1,11 @@
 """Cached generation for both generating families: greedy and sampling.
 
 The prompt is prefilled in one pass; then one token per step inside a jitted
-`lax.scan` (no Python loop per token, one compile per shape). Prompts are LEFT-padded
-(pad id 0) so every row's last prompt token sits in the same slot; positions count
-real tokens only, so absolute position schemes see 0, 1, 2, ... per row.
+`lax.while_loop` (no Python loop per token, one compile per shape) that stops early
+once every row has emitted EOS. Prompts are LEFT-padded (pad id 0) so every row's
+last prompt token sits in the same slot; positions count real tokens only, so
+absolute position schemes see 0, 1, 2, ... per row. PAD is never generated (a fed-back
+pad would be masked out of attention); a finished row emits PAD after its EOS.
 """
 
 from __future__ import annotations
@@ -15,81 +17,98 @@ import jax.numpy as jnp
 
 from tx import ops
 from tx.config.model import ModelConfig
-from tx.models.build import build_model
+from tx.data.tokenizers.specials import BOS_ID, EOS_ID, PAD_ID
+from tx.decode.steps import lm_stepper, seq2seq_stepper
+from tx.ops.sampling import NEG_INF
 
-PAD_ID, BOS_ID, EOS_ID = 0, 1, 2
+__all__ = ['BOS_ID', 'EOS_ID', 'PAD_ID', 'generate_lm', 'generate_seq2seq', 'left_pad',
+           'decode_loop']
+
+_STATIC = ('cfg', 'max_new', 'strategy', 'top_k', 'eos_id', 'return_logits')
 
 
 def left_pad(prompts: list[list[int]], length: int | None = None):
-  """int32 [B, P] with each prompt right-aligned (left padding with 0)."""
+  """int32 [B, P]: each prompt right-aligned (left-padded with 0); longer ones keep their end."""
   length = length or max(1, max(len(p) for p in prompts))
-  out = [[PAD_ID] * (length - len(p)) + list(p)[-length:] for p in prompts]
+  out = [[PAD_ID] * (length - len(p[-length:])) + list(p)[-length:] for p in prompts]
   return jnp.asarray(out, jnp.int32)
 
 
-def _choose(rng, logits_BV, strategy, temperature, top_k, top_p):
-  return ops.sample_logits(rng, logits_BV, temperature=temperature, top_k=top_k, top_p=top_p,
+def choose(rng, logits_BV, *, strategy: str, temperature=1.0, top_k: int = 0, top_p=1.0):
+  """int32 [B]: the next token of each row (argmax, or a filtered sample); never PAD."""
+  logits = logits_BV.astype(jnp.float32).at[:, PAD_ID].set(NEG_INF)
+  return ops.sample_logits(rng, logits, temperature=temperature, top_k=top_k, top_p=top_p,
                            greedy=strategy == 'greedy')
 
 
-def _continue(step_fn, cache, logits_BV, positions_B, rng, *, max_new, strategy, temperature,
-              top_k, top_p, eos_id):
-  """Scans `max_new` steps of choose-token / feed-it-back. Returns tokens [B, max_new]."""
-  b = logits_BV.shape[0]
+def decode_loop(step_fn, cache, logits_BV, positions_B, rng, *, max_new: int,
+                strategy: str = 'greedy', temperature=1.0, top_k: int = 0, top_p=1.0,
+                eos_id: int = EOS_ID, return_logits: bool = False):
+  """Choose a token, feed it back, `max_new` times or until every row has emitted EOS.
 
-  def body(carry, t):
-    cache, logits, finished = carry
-    token = _choose(jax.random.fold_in(rng, t), logits, strategy, temperature, top_k, top_p)
+  Args:
+    step_fn: (cache, tokens [B, 1], positions [B, 1]) -> (logits [B, V], cache).
+    logits_BV: logits of the first new token; positions_B: its position.
+    rng: step t samples with fold_in(rng, t), so a seed reproduces a sample.
+    eos_id: -1 never stops (benchmarks).
+  Returns:
+    tokens int32 [B, max_new] (EOS included, PAD after it), and with return_logits
+    the logits [B, max_new, V] each token was chosen from (zeros where not decoded).
+  """
+  b, v = logits_BV.shape
+  tokens = jnp.full((b, max_new), PAD_ID, jnp.int32)
+  seen = jnp.zeros((b, max_new, v) if return_logits else (0,), jnp.float32)
+
+  def cond(s):
+    t, _, _, finished, _, _ = s
+    return (t < max_new) & ~jnp.all(finished)
+
+  def body(s):
+    t, cache, logits, finished, tokens, seen = s
+    token = choose(jax.random.fold_in(rng, t), logits, strategy=strategy,
+                   temperature=temperature, top_k=top_k, top_p=top_p)
     token = jnp.where(finished, PAD_ID, token)
+    tokens = jax.lax.dynamic_update_slice(tokens, token[:, None], (0, t))
+    if return_logits:
+      seen = jax.lax.dynamic_update_slice(seen, logits[:, None].astype(jnp.float32), (0, t, 0))
     finished = finished | (token == eos_id)
     logits, cache = step_fn(cache, token[:, None], (positions_B + t)[:, None])
-    return (cache, logits, finished), token
+    return t + 1, cache, logits, finished, tokens, seen
 
-  init = (cache, logits_BV, jnp.zeros((b,), bool))
-  _, tokens_TB = jax.lax.scan(body, init, jnp.arange(max_new))
-  return tokens_TB.T
+  init = (jnp.asarray(0, jnp.int32), cache, logits_BV, jnp.zeros((b,), bool), tokens, seen)
+  _, _, _, _, tokens, seen = jax.lax.while_loop(cond, body, init)
+  return (tokens, seen) if return_logits else tokens
 
 
-@functools.partial(jax.jit, static_argnames=('cfg', 'max_new', 'strategy', 'top_k', 'eos_id'))
+@functools.partial(jax.jit, static_argnames=_STATIC)
 def generate_lm(cfg: ModelConfig, params, prompt_BP, rng, *, max_new: int, strategy='greedy',
-                temperature=1.0, top_k: int = 0, top_p=1.0, eos_id: int = EOS_ID):
-  """Decoder-only: continues left-padded prompts [B, P] by max_new tokens -> [B, max_new].
+                temperature=1.0, top_k: int = 0, top_p=1.0, eos_id: int = EOS_ID,
+                return_logits: bool = False):
+  """Decoder-only: continues left-padded prompts [B, P] by up to max_new tokens.
 
-  After a row emits EOS it emits PAD (finished flags are per sequence).
+  Every row needs at least one real token (texts.prompt_rows gives an empty prompt a
+  start token).
+
+  Returns tokens [B, max_new] (after a row's EOS: PAD), plus logits [B, max_new, V] if
+  return_logits. strategy 'greedy' | 'sample' (temperature, top_k, top_p).
   """
-  model = build_model(cfg, decode=True)
-  b, p = prompt_BP.shape
-  cache = model.init(jax.random.key(0), jnp.zeros((b, p + max_new), jnp.int32))['cache']
-  valid = prompt_BP != PAD_ID
-  positions = jnp.maximum(jnp.cumsum(valid, axis=1) - 1, 0).astype(jnp.int32)
-
-  def step_fn(cache, tokens, pos):
-    logits, state = model.apply({'params': params, 'cache': cache}, tokens, positions=pos,
-                                mutable=['cache'])
-    return logits[:, -1], state['cache']
-
-  logits, cache = step_fn(cache, prompt_BP, positions)
-  lengths = jnp.sum(valid, axis=1).astype(jnp.int32)
-  return _continue(step_fn, cache, logits, lengths, rng, max_new=max_new, strategy=strategy,
-                   temperature=temperature, top_k=top_k, top_p=top_p, eos_id=eos_id)
+  step_fn, logits, cache, lengths = lm_stepper(cfg, params, prompt_BP,
+                                               prompt_BP.shape[1] + max_new)
+  return decode_loop(step_fn, cache, logits, lengths, rng, max_new=max_new, strategy=strategy,
+                     temperature=temperature, top_k=top_k, top_p=top_p, eos_id=eos_id,
+                     return_logits=return_logits)
 
 
-@functools.partial(jax.jit, static_argnames=('cfg', 'max_new', 'strategy', 'top_k', 'eos_id'))
+@functools.partial(jax.jit, static_argnames=_STATIC)
 def generate_seq2seq(cfg: ModelConfig, params, src_BS, rng, *, max_new: int, strategy='greedy',
-                     temperature=1.0, top_k: int = 0, top_p=1.0, eos_id: int = EOS_ID):
-  """Encoder-decoder: the encoder runs once; decoding starts from BOS -> [B, max_new]."""
-  model = build_model(cfg, decode=True)
-  b = src_BS.shape[0]
-  cache = model.init(jax.random.key(0), src_BS, jnp.zeros((b, max_new + 1), jnp.int32))['cache']
-  encoded, src_valid = model.apply({'params': params}, src_BS, method='encode')
+                     temperature=1.0, top_k: int = 0, top_p=1.0, eos_id: int = EOS_ID,
+                     return_logits: bool = False):
+  """Encoder-decoder: src [B, S] (right-padded) -> tokens [B, max_new] (+ logits [B, max_new, V]).
 
-  def step_fn(cache, tokens, pos):
-    logits, state = model.apply({'params': params, 'cache': cache}, encoded, src_valid, tokens,
-                                positions=pos, mutable=['cache'], method='decode_step')
-    return logits[:, -1], state['cache']
-
-  bos = jnp.full((b, 1), BOS_ID, jnp.int32)
-  logits, cache = step_fn(cache, bos, jnp.zeros((b, 1), jnp.int32))
-  return _continue(step_fn, cache, logits, jnp.ones((b,), jnp.int32), rng, max_new=max_new,
-                   strategy=strategy, temperature=temperature, top_k=top_k, top_p=top_p,
-                   eos_id=eos_id)
+  The encoder runs once per batch and each layer's cross-attention keys/values are
+  projected once; decoding starts from BOS.
+  """
+  step_fn, logits, cache, positions = seq2seq_stepper(cfg, params, src_BS, max_new + 1)
+  return decode_loop(step_fn, cache, logits, positions, rng, max_new=max_new,
+                     strategy=strategy, temperature=temperature, top_k=top_k, top_p=top_p,
+                     eos_id=eos_id, return_logits=return_logits)

@@ -53,9 +53,14 @@ class MultiHeadAttention(nn.Module):
   (at init) allocates a cache as long as its input; later calls write their L new
   keys/values at `cache_index` and attend over the whole cache, so `mask`/`bias` must
   then cover the cache length S_max (the model builds them).
+
+  Cross-attention (`cross=True`) with `decode=True` projects the encoder output once:
+  a call given `kv` stores its keys/values in the cache, a call with `kv=None` reuses
+  them, so decoding steps after the first need not pass (or re-project) `encoded`.
   """
   cfg: AttentionConfig
   decode: bool = False
+  cross: bool = False
 
   def _proj(self, x, heads, name, axes):
     cfg = self.cfg
@@ -66,11 +71,16 @@ class MultiHeadAttention(nn.Module):
   def __call__(self, x_BLD, kv_BSD=None, *, mask=None, bias=None, q_pos_BL=None, k_pos_BS=None,
                cache_index=None, deterministic: bool = True, return_weights: bool = False):
     cfg = self.cfg
-    is_self = kv_BSD is None
-    kv_BSD = x_BLD if is_self else kv_BSD
+    is_self = kv_BSD is None and not self.cross
     q_BLHD = self._proj(x_BLD, cfg.num_heads, 'query', ('embed', 'heads', 'kv'))
-    k_BSKD = self._proj(kv_BSD, cfg.kv_heads, 'key', ('embed', 'kv_heads', 'kv'))
-    v_BSKD = self._proj(kv_BSD, cfg.kv_heads, 'value', ('embed', 'kv_heads', 'kv'))
+    if self.cross and self.decode:
+      k_BSKD, v_BSKD = self._cross_cache(kv_BSD)
+    else:
+      if kv_BSD is None and not is_self:
+        raise ValueError('cross-attention needs kv (the encoder output) unless decode=True')
+      kv_BSD = x_BLD if is_self else kv_BSD
+      k_BSKD = self._proj(kv_BSD, cfg.kv_heads, 'key', ('embed', 'kv_heads', 'kv'))
+      v_BSKD = self._proj(kv_BSD, cfg.kv_heads, 'value', ('embed', 'kv_heads', 'kv'))
     q_BLHD = constrain(q_BLHD, ('batch', 'length', 'heads', 'kv'))
 
     if cfg.rope:
@@ -111,3 +121,20 @@ class MultiHeadAttention(nn.Module):
     cached_k.value = jax.lax.dynamic_update_slice(cached_k.value, k_BLKD.astype(cached_k.value.dtype), start)
     cached_v.value = jax.lax.dynamic_update_slice(cached_v.value, v_BLKD.astype(cached_v.value.dtype), start)
     return cached_k.value, cached_v.value
+
+  def _cross_cache(self, kv_BSD):
+    """Cross keys/values [B, S, K, D]: projected from kv and cached, or read from the cache."""
+    cfg = self.cfg
+    if kv_BSD is None:
+      if not self.has_variable('cache', 'cross_key'):
+        raise ValueError('cross-attention decoding: pass the encoder output on the first '
+                         'decode call; later calls may pass None to reuse its keys/values')
+      return self.get_variable('cache', 'cross_key'), self.get_variable('cache', 'cross_value')
+    k_BSKD = self._proj(kv_BSD, cfg.kv_heads, 'key', ('embed', 'kv_heads', 'kv'))
+    v_BSKD = self._proj(kv_BSD, cfg.kv_heads, 'value', ('embed', 'kv_heads', 'kv'))
+    initialized = self.has_variable('cache', 'cross_key')
+    cached_k = self.variable('cache', 'cross_key', jnp.zeros, k_BSKD.shape, k_BSKD.dtype)
+    cached_v = self.variable('cache', 'cross_value', jnp.zeros, v_BSKD.shape, v_BSKD.dtype)
+    if initialized:  # at init the cache stays zeros (its content is never read before a write)
+      cached_k.value, cached_v.value = k_BSKD, v_BSKD
+    return k_BSKD, v_BSKD

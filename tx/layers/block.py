@@ -36,7 +36,8 @@ class Block(nn.Module):
   """x [B, L, D] -> [B, L, D].
 
   self_mask / self_bias: broadcastable to [B, H, L, S]; positions [B, L] (RoPE);
-  encoded [B, S_enc, D] with cross_mask [B, 1, L, S_enc] for cross-attention; valid [B, L]
+  encoded [B, S_enc, D] with cross_mask [B, 1, L, S_enc] for cross-attention (with
+  decode=True, None after the first call reuses the cached cross keys/values); valid [B, L]
   marks real tokens (MoE does not route padding). `deterministic` and `decode` are
   attributes, not call arguments, so the block can be scanned and rematerialised.
   """
@@ -64,7 +65,8 @@ class Block(nn.Module):
         h, mask=self_mask, bias=self_bias, q_pos_BL=positions_BL, cache_index=cache_index,
         deterministic=self.deterministic, return_weights=self.sow_weights), x_BLD)
     if cfg.cross_attention is not None:
-      cross = MultiHeadAttention(cfg.cross_attention, name='cross_attention')
+      cross = MultiHeadAttention(cfg.cross_attention, decode=self.decode, cross=True,
+                                 name='cross_attention')
       x_BLD = self._residual('cross_attention', lambda h: cross(
           h, encoded_BSD, mask=cross_mask, deterministic=self.deterministic,
           return_weights=self.sow_weights), x_BLD)

@@ -93,7 +93,11 @@ class EncoderDecoder(nn.Module):
   def decode_step(self, encoded_BSD, src_valid_BS, tgt_BL, *, positions=None, segment_ids=None,
                   src_segment_ids=None, deterministic=True, return_hidden=False,
                   sow_weights=False):
-    """encoded [B, S, D], src_valid [B, S], tgt_in [B, L] -> logits [B, L, V]."""
+    """encoded [B, S, D], src_valid [B, S], tgt_in [B, L] -> logits [B, L, V].
+
+    With decode=True, `encoded` may be None after the first call: each layer's
+    cross-attention keys/values were projected once and cached.
+    """
     cross_mask = cross_attention_mask(src_valid_BS, segment_ids, src_segment_ids)
     hidden = self.decoder(tgt_BL, encoded=encoded_BSD, cross_mask=cross_mask,
                           positions=positions, segment_ids=segment_ids,

@@ -15,6 +15,7 @@ not counted), and masked attention positions are counted as computed.
 
 from __future__ import annotations
 
+import functools
 import time
 
 import jax
@@ -58,7 +59,18 @@ def flops_per_step(cfg: ModelConfig, params, *, batch: int, length: int,
 
 
 def measure_matmul_ceiling(dtype: str = 'float32', n: int = 2048, reps: int = 3) -> float:
-  """Achieved FLOP/s of a jitted n x n x n matmul on the default device (best of reps)."""
+  """Achieved FLOP/s of a jitted n x n x n matmul on the default device (best of reps).
+
+  Measured once per process and device kind (a sweep of runs in one process, or a test
+  session, does not pay for it again: ~1 s on a CPU, several with simulated devices).
+  """
+  device = jax.devices()[0]
+  return _measure(str(dtype), n, reps, device.platform, device.device_kind)
+
+
+@functools.lru_cache(maxsize=None)
+def _measure(dtype: str, n: int, reps: int, platform: str, device_kind: str) -> float:
+  del platform, device_kind  # cache keys only
   a = jnp.ones((n, n), dtype)
   f = jax.jit(lambda x, y: jnp.dot(x, y, preferred_element_type=jnp.float32))
   f(a, a).block_until_ready()

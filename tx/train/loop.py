@@ -105,31 +105,35 @@ def train(cfg: ExperimentConfig, workdir: str | Path, *, quiet: bool = False) ->
                       f'{batch_divisor(mesh)} data-parallel devices (mesh.data x mesh.fsdp)')
   train_pipe, eval_pipe = make_pipelines(cfg, task.name)
   cfg = resolve(cfg, train_pipe.vocab_size)
+  model = build_model(cfg.model)
+  optimizer, schedule = make_optimizer(cfg.optim, total_steps=cfg.train.steps,
+                                       d_model=cfg.model.d_model)
+  rules = logical_rules(cfg.mesh)
+  # Shardings before anything is written: a parameter dimension the mesh does not divide is
+  # a ConfigError that leaves no half-made run directory behind.
+  with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
+    sharded = state_shardings(model, optimizer, cfg.model, mesh, rules, cfg.train.seed)
   workdir.mkdir(parents=True, exist_ok=True)
   if jax.process_index() == 0:
     run_dir.write_json(workdir / run_dir.CONFIG, to_dict(cfg))
   _report_data(train_pipe, 'train')
 
-  model = build_model(cfg.model)
-  optimizer, schedule = make_optimizer(cfg.optim, total_steps=cfg.train.steps,
-                                       d_model=cfg.model.d_model)
-  rules = logical_rules(cfg.mesh)
   ckpt = Checkpointer(workdir / run_dir.CHECKPOINTS, keep=cfg.train.keep_checkpoints,
                       async_save=cfg.train.async_checkpoint, best_metric=cfg.train.best_metric,
                       best_mode=best_mode(cfg.train.best_metric))
   writer = run_dir.MetricsWriter(workdir)
   try:
     with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
-      return _run(cfg, workdir, task, model, optimizer, schedule, mesh, rules, ckpt, writer,
+      return _run(cfg, workdir, task, model, optimizer, schedule, mesh, sharded, ckpt, writer,
                   train_pipe, eval_pipe, start_wall, quiet)
   finally:
     ckpt.close()
     writer.close()
 
 
-def _run(cfg, workdir, task, model, optimizer, schedule, mesh, rules, ckpt, writer, train_pipe,
+def _run(cfg, workdir, task, model, optimizer, schedule, mesh, sharded, ckpt, writer, train_pipe,
          eval_pipe, start_wall, quiet):
-  abstract, shardings = state_shardings(model, optimizer, cfg.model, mesh, rules, cfg.train.seed)
+  abstract, shardings = sharded
   meta = {'best_eval': None, 'wall_time_s': 0.0}
   latest = ckpt.latest_step()
   if latest is not None:

@@ -1,0 +1,133 @@
+"""Cached generation equals recomputing the full forward pass; the encoder and the
+cross-attention keys/values are computed once per batch."""
+
+import collections
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import tx
+from tx.decode.beam import beam_search_seq2seq
+from tx.decode.generate import generate_lm, generate_seq2seq
+from tx.decode.reference import generate_lm_uncached
+from tx.decode.steps import empty_cache, prompt_positions
+
+ATOL = 2e-5
+MAX_NEW = 6
+CASES = [
+    dict(position='sinusoidal'),
+    dict(position='learned'),
+    dict(position='rope', num_heads=4, num_kv_heads=2),  # GQA
+    dict(position='alibi'),
+    dict(position='t5', num_layers=2, scan_layers=True, num_kv_heads=1),  # scanned, MQA
+    dict(position='none'),
+]
+_CHECKS = {}
+
+
+def _teacher_forced(model, params, inputs, tokens_BT):
+  """Logits [B, T, V] that predict tokens[:, t], from ONE full forward pass (no cache)
+  over the whole decoded sequence: by causality, what recomputing every step gives."""
+  if model.cfg.family == 'decoder':
+    p = inputs.shape[1]
+    seq = jnp.concatenate([inputs, tokens_BT[:, :-1]], axis=1)
+    lengths = jnp.sum(inputs != 0, axis=1)
+    new_pos = lengths[:, None] + jnp.arange(tokens_BT.shape[1] - 1)
+    positions = jnp.concatenate([prompt_positions(inputs), new_pos], axis=1)
+    return model.apply({'params': params}, seq, positions=positions)[:, p - 1:]
+  bos = jnp.ones((tokens_BT.shape[0], 1), jnp.int32)
+  return model.apply({'params': params}, inputs, jnp.concatenate([bos, tokens_BT[:, :-1]], 1))
+
+
+def _cached_and_reference(dm, cfg):
+  """jit(params, inputs) -> (tokens, cached logits, reference logits): one compile."""
+  if cfg not in _CHECKS:
+    generate = generate_lm if cfg.family == 'decoder' else generate_seq2seq
+    model = tx.build_model(cfg)
+
+    def check(params, inputs):
+      tokens, logits = generate(cfg, params, inputs, jax.random.key(0), max_new=MAX_NEW,
+                                eos_id=-1, return_logits=True)
+      return tokens, logits, _teacher_forced(model, params, inputs, tokens)
+    _CHECKS[cfg] = dm.quick_jit(check)
+  return _CHECKS[cfg]
+
+
+@pytest.mark.parametrize('extra', CASES, ids=lambda d: '-'.join(f'{k}={v}' for k, v in d.items()))
+@pytest.mark.parametrize('family', ['decoder', 'encoder_decoder'])
+def test_cached_greedy_equals_full_forward(dm, family, extra):
+  """Same tokens and logits; row 0 of the prompts is left-padded, row 1 of the sources
+  right-padded, so cached slots and positions of padded rows are exercised."""
+  cfg = dm.tiny(family, **extra)
+  tokens, logits, ref = _cached_and_reference(dm, cfg)(dm.params(cfg), dm.inputs(cfg))
+  np.testing.assert_allclose(logits, ref, atol=ATOL)
+  ref_tokens = jnp.argmax(ref.at[..., 0].set(-jnp.inf), axis=-1)  # PAD is never generated
+  np.testing.assert_array_equal(tokens, ref_tokens)
+
+
+def test_cached_sampling_equals_uncached_loop(dm):
+  """The literal baseline of the benchmark: the whole network rerun at every step."""
+  cfg = dm.tiny('decoder', position='rope')
+  params = dm.params(cfg)
+  kw = dict(max_new=MAX_NEW, strategy='sample', top_k=5, top_p=0.9, eos_id=-1,
+            return_logits=True)
+  both = dm.quick_jit(lambda p, x: (generate_lm(cfg, p, x, jax.random.key(3), **kw),
+                                    generate_lm_uncached(cfg, p, x, jax.random.key(3), **kw)))
+  (a, la), (b, lb) = both(params, dm.PROMPT)
+  np.testing.assert_array_equal(a, b)
+  np.testing.assert_allclose(la, lb, atol=ATOL)
+
+
+def _trace_counts(fn, *args):
+  """Calls made while tracing fn(*args) (not counting init): {'encoder': n, 'cross_kv': n}."""
+  counts = collections.Counter()
+
+  def interceptor(next_fun, args_, kwargs, context):
+    module = context.module
+    if not module.is_initializing():
+      if type(module).__name__ == 'Encoder' and context.method_name == '__call__':
+        counts['encoder'] += 1
+        counts['encoder_rows'] = args_[0].shape[0]
+      parent = getattr(module.parent, 'name', None)
+      if module.name in ('key', 'value') and parent == 'cross_attention':
+        counts['cross_kv'] += 1
+    return next_fun(*args_, **kwargs)
+
+  with nn.intercept_methods(interceptor):
+    jax.make_jaxpr(fn)(*args)
+  return counts
+
+
+def test_encoder_and_cross_kv_run_once_per_batch(dm):
+  """Traced once: the prefill. A per-step call would add calls inside the loop body."""
+  cfg = dm.tiny('encoder_decoder', num_layers=2)
+  params = dm.params(cfg)
+  gen = lambda p, s: generate_seq2seq.__wrapped__(cfg, p, s, jax.random.key(0), max_new=4)
+  counts = _trace_counts(gen, params, dm.SOURCE)
+  assert counts == {'encoder': 1, 'encoder_rows': 2, 'cross_kv': 2 * 2}  # key + value per layer
+  beam = lambda p, s: beam_search_seq2seq.__wrapped__(cfg, p, s, beams=3, max_len=4)
+  counts = _trace_counts(beam, params, dm.SOURCE)
+  assert counts == {'encoder': 1, 'encoder_rows': 2, 'cross_kv': 2 * 2}  # B rows, not B*K
+
+
+def test_decode_steps_reuse_cached_cross_kv(dm):
+  """After the first step the decoder needs no encoder output: None reads the cache."""
+  cfg = dm.tiny('encoder_decoder')
+  params = dm.params(cfg)
+  model = tx.build_model(cfg, decode=True)
+  encoded, valid = dm.quick_jit(lambda p, s: model.apply({'params': p}, s, method='encode'))(
+      params, dm.SOURCE)
+  cache = empty_cache(model, encoded, valid, jnp.zeros((2, 3), jnp.int32), method='decode_step')
+  step = dm.quick_jit(lambda cache, enc, tok: model.apply(
+      {'params': params, 'cache': cache}, enc, valid, tok, method='decode_step',
+      mutable=['cache']))
+  _, state = step(cache, encoded, jnp.ones((2, 1), jnp.int32))
+  tok = jnp.array([[7], [9]], jnp.int32)
+  reused, _ = step(state['cache'], None, tok)
+  recomputed, _ = step(state['cache'], encoded, tok)
+  np.testing.assert_allclose(reused, recomputed, atol=1e-6)
+  garbage, _ = step(state['cache'], encoded + 1.0, tok)  # a new encoder output is re-projected
+  assert not np.allclose(garbage, reused, atol=1e-3)

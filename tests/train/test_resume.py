@@ -1,0 +1,160 @@
+"""Kill -9 and resume reproduces the uninterrupted run bitwise (CPU).
+
+Run A: `tx train demo` with tiny overrides, 12 steps, async checkpoints every 4, dropout on
+(so the RNG must resume too). Run B: the same command, SIGKILLed once checkpoint 8 is
+committed and step 9 has run (a test hook parks the process when it asks for batch 10),
+then started again with the same command line. Both runs go through the real CLI.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import time
+
+import jax
+import numpy as np
+import pytest
+
+from tx import registry
+from tx.config.base import flatten
+from tx.train.restore import load_run
+
+STEPS, EVERY, HANG_AT = 12, 4, 9  # park when asked for the batch after step 9
+
+HOOK = r'''
+import sys, time
+from pathlib import Path
+from tx.data import pipeline
+
+marker, hang_at = Path(sys.argv[1]), int(sys.argv[2])
+_next = pipeline.BatchIterator.__next__
+
+
+def parked_next(self):
+  if self._pipe.train and self._step >= hang_at:
+    marker.write_text(str(self._step))
+    time.sleep(3600)  # until the test kills us
+  return _next(self)
+
+
+pipeline.BatchIterator.__next__ = parked_next
+from tx.cli import main
+sys.exit(main(sys.argv[3:]))
+'''
+
+
+def _overrides(cfg) -> list[str]:
+  """`--set` arguments turning the registered `demo` into `cfg`."""
+  base = flatten(registry.get('demo'))
+  return [f'{k}={v!r}' for k, v in flatten(cfg).items() if k != 'name' and base[k] != v]
+
+
+def _wait(proc, timeout):
+  try:
+    out, err = proc.communicate(timeout=timeout)
+  except subprocess.TimeoutExpired:
+    proc.kill()
+    out, err = proc.communicate()
+    pytest.fail(f'timed out:\n{err[-3000:]}')
+  return proc.returncode, out, err
+
+
+@pytest.fixture(scope='module')
+def runs(tt, tmp_path_factory):
+  tmp = tmp_path_factory.mktemp('resume')
+  cfg = tt.config('decoder', name='demo', model=dict(dropout=0.1),
+                  optim=dict(schedule='cosine', warmup_steps=2),
+                  train=dict(steps=STEPS, checkpoint_every=EVERY, eval_every=EVERY,
+                             eval_batches=1, log_every=1, async_checkpoint=True))
+  sets = _overrides(cfg)
+  env = tt.env()
+  a, b = tmp / 'A', tmp / 'B'
+  command = lambda workdir: ['train', 'demo', '--workdir', str(workdir), '--quiet', '--set',
+                             *sets]
+  (tmp / 'hook.py').write_text(HOOK)
+  marker = tmp / 'parked'
+  procs = []
+  try:
+    run_a = subprocess.Popen([tt.python, '-m', 'tx', *command(a)], env=env, text=True,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp)
+    procs.append(run_a)
+    run_b = subprocess.Popen([tt.python, str(tmp / 'hook.py'), str(marker), str(HANG_AT),
+                              *command(b)], env=env, text=True, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, cwd=tmp)
+    procs.append(run_b)
+    deadline = time.time() + 240
+    committed = b / 'checkpoints' / str(2 * EVERY)
+    while not (marker.exists() and committed.is_dir()):
+      if run_b.poll() is not None:
+        pytest.fail(f'run B exited early ({run_b.returncode}):\n{run_b.stderr.read()[-3000:]}')
+      if time.time() > deadline:
+        pytest.fail('run B never reached checkpoint 8')
+      time.sleep(0.05)
+    time.sleep(0.2)  # nothing is pending: checkpoint 8 committed, the process is parked
+    os.kill(run_b.pid, signal.SIGKILL)
+    killed = _wait(run_b, 30)
+    ckpts_after_kill = sorted(int(p.name) for p in (b / 'checkpoints').iterdir()
+                              if p.name.isdigit())
+    restart = subprocess.run([tt.python, '-m', 'tx', *command(b)], env=env, text=True,
+                             capture_output=True, timeout=240, cwd=tmp)
+    a_result = _wait(run_a, 240)
+  finally:
+    for p in procs:
+      if p.poll() is None:
+        p.kill()
+        p.communicate()
+  return {'a': a, 'b': b, 'a_result': a_result, 'killed': killed, 'restart': restart,
+          'ckpts_after_kill': ckpts_after_kill, 'parked_at': int(marker.read_text())}
+
+
+def _rows(workdir):
+  """{step: row} with the LAST row of each step (a resumed run re-logs the lost steps)."""
+  rows = {}
+  for line in (workdir / 'metrics.jsonl').read_text().splitlines():
+    r = json.loads(line)
+    key = ('eval', r['step']) if 'eval/loss' in r else ('train', r['step'])
+    rows[key] = r
+  return rows
+
+
+def test_both_runs_finish(runs):
+  rc, out, err = runs['a_result']
+  assert rc == 0, err[-3000:]
+  assert runs['killed'][0] == -signal.SIGKILL
+  assert runs['parked_at'] == HANG_AT
+  assert runs['ckpts_after_kill'] == [EVERY, 2 * EVERY]
+  assert runs['restart'].returncode == 0, runs['restart'].stderr[-3000:]
+  assert f'step {STEPS}' in runs['restart'].stdout
+
+
+def test_restart_says_it_resumed(runs):
+  err = runs['restart'].stderr
+  assert f'resuming from checkpoint at step {2 * EVERY}' in err, err[-3000:]
+  assert 'resuming' not in runs['a_result'][2]
+
+
+def test_final_state_is_bitwise_identical(runs):
+  cfg_a, state_a, _, step_a = load_run(runs['a'])
+  cfg_b, state_b, _, step_b = load_run(runs['b'])
+  assert step_a == step_b == STEPS
+  assert cfg_a == cfg_b and cfg_a.model.dropout == 0.1
+  leaves_a = jax.tree_util.tree_leaves_with_path(state_a)
+  leaves_b = jax.tree_util.tree_leaves(state_b)
+  assert len(leaves_a) == len(leaves_b)
+  for (path, x), y in zip(leaves_a, leaves_b):
+    assert np.array_equal(np.asarray(x), np.asarray(y)), jax.tree_util.keystr(path)
+
+
+def test_metrics_after_the_resume_point_are_identical(runs):
+  a, b = _rows(runs['a']), _rows(runs['b'])
+  assert set(a) == set(b)
+  assert sorted(s for kind, s in a if kind == 'train') == list(range(1, STEPS + 1))
+  for key in sorted(a):
+    for metric in ('loss', 'grad_norm', 'learning_rate', 'eval/loss'):
+      if metric in a[key]:
+        assert a[key][metric] == b[key][metric], (key, metric)
+  summary_a = json.loads((runs['a'] / 'summary.json').read_text())
+  summary_b = json.loads((runs['b'] / 'summary.json').read_text())
+  assert summary_a['eval'] == summary_b['eval']
+  assert summary_a['steps'] == summary_b['steps'] == STEPS

@@ -1,0 +1,137 @@
+"""PNG plots for `tx compare` (matplotlib's Agg canvas; no pyplot, no display needed).
+
+- eval metric vs step and vs wall-clock time: one line per variant, the mean over seeds,
+  with the min-max spread over seeds shaded. Time is measured from each run's first
+  metrics.jsonl row. At a step only some seeds have reached (a sweep still running), the
+  mean is over the seeds that have it.
+- perplexity vs evaluation length (summary `eval.extrapolation`), log-scale y, one line
+  per variant with mean +- std error bars over seeds.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from tx.compare.runs import Collection, metric_rows
+
+
+def _figure():
+  from matplotlib.figure import Figure  # pylint: disable=g-import-not-at-top
+  fig = Figure(figsize=(7, 4.5), dpi=110)
+  return fig, fig.subplots()
+
+
+def _style(variant: str, baseline: str) -> dict:
+  return {'color': 'black', 'linestyle': '--'} if variant == baseline else {}
+
+
+def _eval_series(path: Path, key: str) -> dict[int, tuple[float, float]]:
+  """{step: (seconds since the run's first row, value)}; a repeated step keeps its last row
+  (rows logged again after a resume)."""
+  rows = metric_rows(path)
+  if not rows:
+    return {}
+  t0 = min(r.get('time', 0.0) for r in rows)
+  return {int(r['step']): (r.get('time', t0) - t0, float(r[key]))
+          for r in rows if isinstance(r.get(key), (int, float)) and 'step' in r}
+
+
+def curve_key(collection: Collection, metric: str) -> str:
+  """The metrics.jsonl column to plot: `eval/<name>` for `--metric eval.<name>` when logged,
+  else `eval/loss`."""
+  if metric.startswith('eval.'):
+    key = 'eval/' + metric[len('eval.'):]
+    if any(key in row for r in collection.runs for row in metric_rows(r.dir)):
+      return key
+  return 'eval/loss'
+
+
+def curves(collection: Collection, key: str, baseline: str, out: Path) -> list[Path]:
+  """`<key>_vs_step.png` and `<key>_vs_time.png` in `out`; [] when no run logged `key`."""
+  step_fig, step_ax = _figure()
+  time_fig, time_ax = _figure()
+  drawn = False
+  for variant in collection.variants:
+    series = [s for r in collection.runs if r.variant == variant
+              and (s := _eval_series(r.dir, key))]
+    if not series:
+      continue
+    steps = sorted({step for s in series for step in s})
+    values = [[s[step][1] for s in series if step in s] for step in steps]
+    times = [np.mean([s[step][0] for s in series if step in s]) for step in steps]
+    mean = np.array([np.mean(v) for v in values])
+    low = np.array([np.min(v) for v in values])
+    high = np.array([np.max(v) for v in values])
+    label = f'{variant} (n={len(series)})'
+    style = _style(variant, baseline)
+    for ax, x in ((step_ax, steps), (time_ax, times)):
+      line, = ax.plot(x, mean, marker='.', label=label, **style)
+      if len(series) > 1:
+        ax.fill_between(x, low, high, color=line.get_color(), alpha=0.2, linewidth=0)
+    drawn = True
+  if not drawn:
+    return []
+  name = key.replace('/', '_')
+  paths = []
+  for fig, ax, xlabel, suffix in ((step_fig, step_ax, 'step', 'step'),
+                                  (time_fig, time_ax, 'wall-clock time (s)', 'time')):
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(key)
+    ax.set_title(f'{key} vs {suffix}: mean over seeds, min-max shaded')
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize='small')
+    fig.tight_layout()
+    path = out / f'{name}_vs_{suffix}.png'
+    fig.savefig(path)
+    paths.append(path)
+  return paths
+
+
+def _extrapolation(summary: dict | None) -> dict[int, float]:
+  table = ((summary or {}).get('eval') or {}).get('extrapolation') or {}
+  out = {}
+  for length, value in table.items():
+    if isinstance(value, dict):
+      value = value.get('perplexity')
+    try:
+      out[int(length)] = float(value)
+    except (TypeError, ValueError):
+      continue
+  return out
+
+
+def extrapolation(collection: Collection, baseline: str, out: Path) -> list[Path]:
+  """`extrapolation.png` (perplexity vs evaluation length); [] when no summary has it."""
+  fig, ax = _figure()
+  drawn = False
+  for variant in collection.variants:
+    tables = [t for r in collection.runs if r.variant == variant
+              and (t := _extrapolation(r.summary))]
+    if not tables:
+      continue
+    lengths = sorted({n for t in tables for n in t})
+    values = [[t[n] for t in tables if n in t] for n in lengths]
+    mean = [np.mean(v) for v in values]
+    err = [np.std(v, ddof=1) if len(v) > 1 else 0.0 for v in values]
+    ax.errorbar(lengths, mean, yerr=err, marker='o', capsize=3,
+                label=f'{variant} (n={len(tables)})', **_style(variant, baseline))
+    drawn = True
+  if not drawn:
+    return []
+  from matplotlib.ticker import NullFormatter, ScalarFormatter  # pylint: disable=g-import-not-at-top
+  ax.set_yscale('log')
+  ax.set_xscale('log', base=2)
+  ax.set_xticks(sorted({n for r in collection.runs for n in _extrapolation(r.summary)}))
+  ax.xaxis.set_major_formatter(ScalarFormatter())
+  ax.xaxis.set_minor_formatter(NullFormatter())
+  ax.set_xlabel('evaluation length (tokens)')
+  ax.set_ylabel('perplexity (log scale)')
+  ax.set_title('length extrapolation: mean ± std over seeds')
+  ax.grid(alpha=0.3, which='both')
+  ax.legend(fontsize='small')
+  fig.tight_layout()
+  path = out / 'extrapolation.png'
+  fig.savefig(path)
+  return [path]

@@ -1,0 +1,80 @@
+"""Prefill + one-token steps over a KV-cached model, shared by sampling and beam search.
+
+A *stepper* is what both decoders consume:
+
+    step_fn(cache, tokens_B1, positions_B1) -> (logits_BV float32, cache)
+
+plus the prefill's result: the logits of the first new token [B, V], the filled cache
+and the position of the first new token [B]. The cache is allocated by tracing the
+model's init abstractly (`jax.eval_shape`), so allocating it runs no network.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from tx.config.model import ModelConfig
+from tx.data.tokenizers.specials import BOS_ID, PAD_ID
+from tx.models.build import build_model
+
+
+def empty_cache(model, *args, method=None):
+  """The zero-filled 'cache' collection `model.init(rng, *args)` allocates (nothing is run).
+
+  Every cache variable of tx starts at zeros (index 0, no valid slot, zero keys/values).
+  """
+  shapes = jax.eval_shape(
+      lambda *a: model.init(jax.random.key(0), *a, method=method)['cache'], *args)
+  return jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+
+
+def prompt_positions(prompt_BP):
+  """int32 [B, P]: 0, 1, 2, ... over the real tokens of left-padded prompts (pads get 0)."""
+  valid = prompt_BP != PAD_ID
+  return jnp.maximum(jnp.cumsum(valid, axis=1) - 1, 0).astype(jnp.int32)
+
+
+def lm_stepper(cfg: ModelConfig, params, prompt_BP, total_len: int):
+  """Decoder-only: prefills left-padded prompts [B, P] into a cache of `total_len` slots.
+
+  Returns (step_fn, logits [B, V] after the last prompt token, cache, next position [B]).
+  """
+  model = build_model(cfg, decode=True)
+  b, _ = prompt_BP.shape
+  cache = empty_cache(model, jnp.zeros((b, total_len), jnp.int32))
+
+  def step_fn(cache, tokens_BL, positions_BL):
+    logits, state = model.apply({'params': params, 'cache': cache}, tokens_BL,
+                                positions=positions_BL, mutable=['cache'])
+    return logits[:, -1].astype(jnp.float32), state['cache']
+
+  logits, cache = step_fn(cache, prompt_BP, prompt_positions(prompt_BP))
+  lengths = jnp.sum(prompt_BP != PAD_ID, axis=1).astype(jnp.int32)
+  return step_fn, logits, cache, lengths
+
+
+def seq2seq_stepper(cfg: ModelConfig, params, src_BS, total_len: int, *, repeat: int = 1):
+  """Encoder-decoder: encodes src [B, S] once, then prefills BOS (row i -> rows i*r..i*r+r-1).
+
+  The first decode step projects the encoder output into every layer's cross-attention
+  keys/values and caches them; later steps pass no encoder output at all.
+  Returns (step_fn, logits [B*r, V] after BOS, cache, next position [B*r] (= 1)).
+  """
+  model = build_model(cfg, decode=True)
+  encoded, src_valid = model.apply({'params': params}, src_BS, method='encode')
+  if repeat > 1:
+    encoded, src_valid = (jnp.repeat(x, repeat, axis=0) for x in (encoded, src_valid))
+  n = encoded.shape[0]
+  cache = empty_cache(model, encoded, src_valid, jnp.zeros((n, total_len), jnp.int32),
+                      method='decode_step')
+
+  def apply(cache, tokens_BL, positions_BL, enc):
+    logits, state = model.apply({'params': params, 'cache': cache}, enc, src_valid, tokens_BL,
+                                positions=positions_BL, mutable=['cache'], method='decode_step')
+    return logits[:, -1].astype(jnp.float32), state['cache']
+
+  bos = jnp.full((n, 1), BOS_ID, jnp.int32)
+  logits, cache = apply(cache, bos, jnp.zeros((n, 1), jnp.int32), encoded)
+  step_fn = lambda cache, tokens, positions: apply(cache, tokens, positions, None)
+  return step_fn, logits, cache, jnp.ones((n,), jnp.int32)

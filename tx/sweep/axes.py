@@ -1,0 +1,130 @@
+"""The sweep language: axes of dotted overrides, combined by `product` and `zip_`.
+
+    axis('model.position', ['rope', 'alibi'])                  # 2 variants
+    product(axis('model.norm', [...]), axis('model.ffn', [...]))  # every combination
+    zip_(axis('model.norm_position', ['pre', 'post']),
+         axis('optim.warmup_steps', [0, 500]))                  # element-wise pairs
+    cases({'model.moe.num_experts': 0},
+          {'model.moe.num_experts': 4, 'model.moe.top_k': 2})   # hand-written variants
+
+Every expression is an `Axes`: an ordered tuple of variants, each variant an ordered
+tuple of (dotted key, value) pairs. `product` and `zip_` accept any `Axes`, so they
+compose: `product(zip_(a, b), c)`. `a * b` is `product(a, b)`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from typing import Any, Iterable, Mapping
+
+from tx.config.base import ConfigError
+
+Variant = tuple[tuple[str, Any], ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class Axes:
+  """An ordered list of variants plus a JSON description of how it was built."""
+  variants: tuple[Variant, ...]
+  spec: Any  # JSON-friendly: {'axis': key, 'values': [...]}, {'product': [...]}, ...
+
+  @property
+  def keys(self) -> tuple[str, ...]:
+    """Every dotted key set by some variant, in first-seen order."""
+    seen: dict[str, None] = {}
+    for variant in self.variants:
+      for key, _ in variant:
+        seen.setdefault(key, None)
+    return tuple(seen)
+
+  def __len__(self) -> int:
+    return len(self.variants)
+
+  def __mul__(self, other: 'Axes') -> 'Axes':
+    return product(self, other)
+
+
+def _json_value(value):
+  if isinstance(value, tuple):
+    return [_json_value(v) for v in value]
+  return value
+
+
+def axis(key: str, values: Iterable[Any]) -> Axes:
+  """One dotted key taking each of `values` in turn (one variant per value)."""
+  values = list(values)
+  if not isinstance(key, str) or not key:
+    raise ConfigError(f'axis: the key must be a dotted config key such as model.position, '
+                      f'got {key!r}')
+  if not values:
+    raise ConfigError(f'axis {key}: needs at least one value')
+  return Axes(tuple(((key, v),) for v in values),
+              {'axis': key, 'values': [_json_value(v) for v in values]})
+
+
+def cases(*variants: Mapping[str, Any]) -> Axes:
+  """Hand-written variants, each a dict of dotted overrides (may set different keys)."""
+  if not variants:
+    raise ConfigError('cases: needs at least one dict of overrides')
+  for v in variants:
+    if not isinstance(v, Mapping):
+      raise ConfigError(f'cases: each case must be a dict of dotted overrides, got {v!r}')
+  return Axes(tuple(tuple(v.items()) for v in variants),
+              {'cases': [{k: _json_value(x) for k, x in v.items()} for v in variants]})
+
+
+def _merge(parts: Iterable[Variant], how: str) -> Variant:
+  merged: dict[str, Any] = {}
+  for part in parts:
+    for key, value in part:
+      if key in merged:
+        raise ConfigError(f'{how}: key {key} appears in two axes; give each key one axis '
+                          '(use zip_ to vary keys together)')
+      merged[key] = value
+  return tuple(merged.items())
+
+
+def _axes(items) -> list[Axes]:
+  out = []
+  for a in items:
+    if not isinstance(a, Axes):
+      raise ConfigError(f'expected axis(...), product(...), zip_(...) or cases(...), got {a!r}')
+    out.append(a)
+  return out
+
+
+def product(*axes: Axes) -> Axes:
+  """Every combination of the variants of `axes` (the first axis varies slowest)."""
+  axes_ = _axes(axes)
+  if not axes_:
+    return Axes(((),), {'product': []})
+  variants = tuple(_merge(combo, 'product') for combo in
+                   itertools.product(*(a.variants for a in axes_)))
+  return Axes(variants, {'product': [a.spec for a in axes_]})
+
+
+def zip_(*axes: Axes) -> Axes:
+  """The i-th variants of all `axes` together; the axes must have the same length."""
+  axes_ = _axes(axes)
+  if not axes_:
+    raise ConfigError('zip_: needs at least one axis')
+  lengths = {len(a) for a in axes_}
+  if len(lengths) > 1:
+    desc = ', '.join(f'{"/".join(a.keys)}: {len(a)}' for a in axes_)
+    raise ConfigError(f'zip_: the axes have different lengths ({desc}); give each the same '
+                      'number of values, or use product')
+  variants = tuple(_merge(parts, 'zip_') for parts in zip(*(a.variants for a in axes_)))
+  return Axes(variants, {'zip': [a.spec for a in axes_]})
+
+
+def as_axes(axes) -> Axes:
+  """`None` (just the base), one Axes, or a list of Axes (their product)."""
+  if axes is None:
+    return product()
+  if isinstance(axes, Axes):
+    return axes
+  if isinstance(axes, (list, tuple)):
+    return product(*axes)
+  raise ConfigError(f'axes: expected axis(...), product(...), zip_(...), cases(...) or a list '
+                    f'of them, got {axes!r}')

@@ -1,0 +1,213 @@
+"""`tx sweep`: run every variant x seed of a sweep into WORKDIR/<variant>/seed_<k>.
+
+Runs go one after another in this process (`tx.train.loop.train`, quiet). A run whose
+summary.json exists is done and skipped; one with a config.json or checkpoints but no
+summary is partial and resumes (train resumes by itself). `WORKDIR/sweep.json` records
+the sweep (name, base, axes, seeds, baseline, runs with overrides and dirs) for
+`tx compare`. `--dry-run` and `--commands` print the plan and write nothing.
+
+A partial run whose config.json differs from the plan (say, another `--set`) is refused
+before anything runs, since resuming it would mix two configs; a done run that differs is
+skipped with a warning naming the keys. A run stopped by a non-finite loss (Post-LN
+without warmup, say) is recorded in sweep.json as failed and the sweep goes on; the
+command then exits with status 1, and the next invocation retries it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from tx.config.base import ConfigError, to_dict
+from tx.sweep.spec import Run, Sweep, plan, select
+
+SWEEP_JSON = 'sweep.json'
+# Filled in by training from the data (the tokenizer), so never a difference in config.
+_RESOLVED_KEYS = {'model.vocab_size'}
+
+
+def status(run: Run) -> str:
+  """'done' (summary.json), 'partial' (started: config, metrics or checkpoints) or 'new'."""
+  if (run.dir / 'summary.json').exists():
+    return 'done'
+  if any((run.dir / f).exists() for f in ('config.json', 'metrics.jsonl', 'checkpoints')):
+    return 'partial'
+  return 'new'
+
+
+def _flat(d: dict, prefix: str = '') -> dict:
+  out = {}
+  for k, v in d.items():
+    if isinstance(v, dict):
+      out.update(_flat(v, f'{prefix}{k}.'))
+    else:
+      out[prefix + k] = v
+  return out
+
+
+def config_diff(run: Run) -> list[str]:
+  """`key: was -> planned` for each key where the run's config.json differs from the plan."""
+  path = run.dir / 'config.json'
+  if not path.exists():
+    return []
+  try:
+    old = _flat(json.loads(path.read_text()))
+  except (OSError, ValueError):
+    return [f'{path} is unreadable']
+  new = _flat(json.loads(json.dumps(to_dict(run.config))))
+  keys = sorted((set(old) | set(new)) - _RESOLVED_KEYS)
+  return [f'{k}: {old.get(k)!r} -> {new.get(k)!r}' for k in keys if old.get(k) != new.get(k)]
+
+
+def _jsonable(v: Any):
+  if isinstance(v, tuple):
+    return [_jsonable(x) for x in v]
+  if isinstance(v, dict):
+    return {k: _jsonable(x) for k, x in v.items()}
+  return v
+
+
+def record(sweep: Sweep, runs: list[Run], workdir: Path, extra: dict) -> dict:
+  """sweep.json's content for `runs`, merged with what `workdir/sweep.json` already holds."""
+  path = workdir / SWEEP_JSON
+  old: dict = {}
+  if path.exists():
+    try:
+      old = json.loads(path.read_text())
+    except (OSError, ValueError):
+      raise ConfigError(f'--workdir: {path} is unreadable; remove it or use another '
+                        '--workdir') from None
+    if old.get('name') != sweep.name:
+      raise ConfigError(f'--workdir: {workdir} holds sweep {old.get("name")!r}, not '
+                        f'{sweep.name!r}; use another --workdir')
+  entries = {e['dir']: e for e in old.get('runs', [])}
+  for r in runs:
+    rel = str(r.dir.relative_to(workdir))
+    entries[rel] = dict(entries.get(rel, {}), variant=r.variant, seed=r.seed, dir=rel,
+                        overrides=_jsonable(r.overrides))
+  seeds = sorted({e['seed'] for e in entries.values()})
+  return {
+      'name': sweep.name, 'base': sweep.base, 'description': sweep.description,
+      'axes': sweep.axes.spec, 'overrides': _jsonable(dict(sweep.overrides)),
+      'set': _jsonable(extra), 'seeds': seeds, 'baseline': sweep.baseline,
+      'variants': [{'name': v.name, 'overrides': _jsonable(v.overrides)}
+                   for v in sweep.variants],
+      'runs': sorted(entries.values(), key=lambda e: (_order(sweep, e['variant']), e['seed'])),
+  }
+
+
+def _order(sweep: Sweep, variant: str) -> int:
+  names = [v.name for v in sweep.variants]
+  return names.index(variant) if variant in names else len(names)
+
+
+def write_record(workdir: Path, data: dict) -> None:
+  """Atomic write of sweep.json (a reader never sees half a file)."""
+  workdir.mkdir(parents=True, exist_ok=True)
+  tmp = workdir / f'.{SWEEP_JSON}.tmp'
+  tmp.write_text(json.dumps(data, indent=2) + '\n')
+  os.replace(tmp, workdir / SWEEP_JSON)
+
+
+def print_plan(sweep: Sweep, runs: list[Run], out=print) -> None:
+  """The plan as a table: variant, seed, dir, status (and config drift of started runs)."""
+  statuses = [status(r) for r in runs]
+  variants = list(dict.fromkeys(r.variant for r in runs))
+  seeds = sorted({r.seed for r in runs})
+  out(f'sweep {sweep.name}: base {sweep.base}, {len(variants)} variant(s) x {len(seeds)} '
+      f'seed(s) = {len(runs)} run(s); baseline {sweep.baseline}')
+  w_var = max(len('variant'), *(len(r.variant) for r in runs))
+  w_dir = max(len('dir'), *(len(str(r.dir)) for r in runs))
+  out(f'{"variant":<{w_var}}  seed  {"dir":<{w_dir}}  status')
+  for r, st in zip(runs, statuses):
+    diff = config_diff(r) if st != 'new' else []
+    note = f' (config differs: {"; ".join(diff)})' if diff else ''
+    out(f'{r.variant:<{w_var}}  {r.seed:<4}  {str(r.dir):<{w_dir}}  {st}{note}')
+  counts = {s: statuses.count(s) for s in ('done', 'partial', 'new')}
+  out(f'{len(runs)} run(s): {counts["done"]} done, {counts["partial"]} partial, '
+      f'{counts["new"]} new')
+
+
+def _check_partials(runs: list[Run]) -> None:
+  for r in runs:
+    if status(r) == 'partial':
+      diff = config_diff(r)
+      if diff:
+        raise ConfigError(f'{r.dir}: this partial run was started with another config '
+                          f'({diff[0]}); remove the directory or run with the same --set')
+
+
+def run(sweep: Sweep, workdir, *, seeds: int | None = None, extra: dict | None = None,
+        only: list[str] | None = None, train_fn: Callable | None = None) -> int:
+  """Runs the sweep (skipping done runs, resuming partial ones); returns the exit status:
+  0, or 1 when some run stopped on a non-finite loss (recorded in sweep.json, others go on)."""
+  workdir = Path(workdir)
+  extra = dict(extra or {})
+  all_runs = plan(sweep, workdir, seeds=seeds, extra=extra)
+  runs = select(all_runs, only, sweep)
+  _check_partials(runs)
+  from tx.train import loop  # pylint: disable=g-import-not-at-top
+  train_fn = train_fn or loop.train
+  data = record(sweep, all_runs, workdir, extra)
+  write_record(workdir, data)
+  entries = {e['dir']: e for e in data['runs']}
+  statuses = [status(r) for r in runs]
+  print(f'sweep {sweep.name}: {len(runs)} run(s) in {workdir}: {statuses.count("done")} done, '
+        f'{statuses.count("partial")} partial, {statuses.count("new")} new', file=sys.stderr,
+        flush=True)
+  trained = skipped = 0
+  failed = []
+  for i, r in enumerate(runs):
+    tag = f'[{i + 1}/{len(runs)}] {r.variant} seed_{r.seed}'
+    st = status(r)
+    if st == 'done':
+      drift = config_diff(r)
+      skipped += 1
+      print(f'{tag}: done, skipped' + (f' (config differs: {"; ".join(drift)})' if drift else ''),
+            file=sys.stderr, flush=True)
+      continue
+    print(f'{tag}: {"resuming" if st == "partial" else "training"} in {r.dir}', file=sys.stderr,
+          flush=True)
+    entry = entries[str(r.dir.relative_to(workdir))]
+    t0 = time.time()
+    try:
+      result = train_fn(r.config, r.dir, quiet=True)
+    except loop.NonFiniteError as e:
+      failed.append(r)
+      entry['error'] = str(e)
+      write_record(workdir, data)
+      print(f'{tag}: failed: {e}', file=sys.stderr, flush=True)
+      continue
+    trained += 1
+    if entry.pop('error', None) is not None:
+      write_record(workdir, data)
+    ev = result.summary.get('eval', {})
+    print(f'{tag}: eval loss {ev.get("loss", float("nan")):.4f} in {time.time() - t0:.0f}s',
+          flush=True)
+  print(f'sweep {sweep.name}: {trained} trained, {skipped} already done, {len(failed)} failed; '
+        f'compare with: tx compare {workdir}', flush=True)
+  return 1 if failed else 0
+
+
+def cli(args) -> int:
+  """`tx sweep SWEEP --workdir DIR [--seeds N] [--only P ...] [--dry-run | --commands]
+  [--set k=v ...]`."""
+  from tx import registry  # pylint: disable=g-import-not-at-top
+  from tx.config.base import parse_overrides  # pylint: disable=g-import-not-at-top
+  sweep = registry.get_sweep(args.sweep)
+  extra = parse_overrides(args.set)
+  if args.seeds is not None and args.seeds < 1:
+    raise ConfigError(f'--seeds: must be >= 1, got {args.seeds}')
+  if args.dry_run or args.commands:
+    runs = select(plan(sweep, args.workdir, seeds=args.seeds, extra=extra), args.only, sweep)
+    if args.commands:
+      for r in runs:
+        print(r.command(sweep.base))
+    else:
+      print_plan(sweep, runs)
+    return 0
+  return run(sweep, args.workdir, seeds=args.seeds, extra=extra, only=args.only)
