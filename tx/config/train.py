@@ -19,6 +19,7 @@ class TrainConfig:
   keep_checkpoints: int = 2  # the latest N (the best is kept as well)
   async_checkpoint: bool = True
   best_metric: str = 'loss'  # eval metric tracked as best-so-far (lower is better)
+  extrapolation: tuple[float, ...] = ()  # causal LM: at the end, eval perplexity at k x data.seq_len
   sample_every: int = 0  # print a sample every N steps (0 = only at the end, LMs only)
   sample_tokens: int = 128
   nan_policy: str = choice('stop', 'skip')  # skip = drop the update, up to max_skips times
@@ -31,6 +32,8 @@ class TrainConfig:
         fail(f'train.{name}', f'must be > 0, got {getattr(self, name)}')
     if self.eval_batches is not None and self.eval_batches <= 0:
       fail('train.eval_batches', f'must be > 0 or None (whole split), got {self.eval_batches}')
+    if any(k <= 0 for k in self.extrapolation):
+      fail('train.extrapolation', f'factors must be > 0, e.g. (1, 2, 4); got {self.extrapolation}')
     if self.sample_every < 0 or self.sample_tokens < 0 or self.max_skips < 0:
       fail('train.sample_every', 'sample_every, sample_tokens and max_skips must be >= 0')
 

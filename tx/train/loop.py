@@ -173,12 +173,14 @@ def _run(cfg, workdir, task, model, optimizer, schedule, mesh, sharded, ckpt, wr
   last_eval = meta.get('last_eval')
   pending, window_start, window_steps = [], time.time(), 0
   tokens_seen = 0.0
+  steps_run = 0
   train_time = 0.0
   progress = _progress(step, cfg.train.steps, quiet)
   while step < cfg.train.steps:
     local = next(batches)
     state, metrics = compiled(state, global_batch(local, mesh))
     step += 1
+    steps_run += 1
     window_steps += 1
     pending.append(metrics)
     at_log = step % cfg.train.log_every == 0 or step == cfg.train.steps
@@ -232,8 +234,13 @@ def _run(cfg, workdir, task, model, optimizer, schedule, mesh, sharded, ckpt, wr
       'eval': last_eval or {}, 'best_eval': best or {},
       'devices': jax.device_count(), 'processes': jax.process_count(),
   }
-  if summary['tokens_per_s']:
-    summary['mfu'] = summary['tokens_per_s'] / (global_rows * target_length) * step_flops / peak
+  if steps_run and train_time:
+    summary['mfu'] = steps_run / train_time * step_flops / peak
+  if cfg.train.extrapolation and task.name == 'causal_lm':
+    from tx.decode.evaluation import extrapolation  # pylint: disable=g-import-not-at-top
+    summary['eval'] = dict(summary['eval'], **extrapolation(
+        cfg, state.params, 'validation', mesh, factors=cfg.train.extrapolation,
+        max_batches=cfg.train.eval_batches, tokenizer=train_pipe.tokenizer))
   if jax.process_index() == 0:
     run_dir.write_json(workdir / run_dir.SUMMARY, summary)
   return RunResult(summary=summary, state=state, config=cfg, tokenizer=train_pipe.tokenizer)
