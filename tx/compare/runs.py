@@ -15,7 +15,7 @@ import json
 import os
 from pathlib import Path
 
-from tx.config.base import ConfigError
+from tx.config.base import ConfigError, flatten_dict
 from tx.sweep.names import short_keys, variant_name
 
 SWEEP_JSON, SUMMARY, CONFIG, METRICS = 'sweep.json', 'summary.json', 'config.json', 'metrics.jsonl'
@@ -51,15 +51,7 @@ class Collection:
   roots: list[Path]
 
 
-def flat(d: dict, prefix: str = '') -> dict:
-  """Nested dicts -> {dotted key: leaf}."""
-  out = {}
-  for k, v in d.items():
-    if isinstance(v, dict):
-      out.update(flat(v, f'{prefix}{k}.'))
-    else:
-      out[prefix + k] = v
-  return out
+flat = flatten_dict
 
 
 def _read(path: Path):

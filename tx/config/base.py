@@ -238,3 +238,14 @@ def flatten(cfg, prefix: str = '') -> dict[str, Any]:
     else:
       out[prefix + f.name] = value
   return out
+
+
+def flatten_dict(d: dict, prefix: str = '') -> dict[str, Any]:
+  """Nested plain dicts (e.g. a config.json) -> {dotted key: leaf}."""
+  out = {}
+  for k, v in d.items():
+    if isinstance(v, dict):
+      out.update(flatten_dict(v, f'{prefix}{k}.'))
+    else:
+      out[prefix + k] = v
+  return out

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from tx.config.base import ConfigError, to_dict
+from tx.config.base import ConfigError, flatten_dict, to_dict
 from tx.sweep.spec import Run, Sweep, plan, select
 
 SWEEP_JSON = 'sweep.json'
@@ -39,14 +39,7 @@ def status(run: Run) -> str:
   return 'new'
 
 
-def _flat(d: dict, prefix: str = '') -> dict:
-  out = {}
-  for k, v in d.items():
-    if isinstance(v, dict):
-      out.update(_flat(v, f'{prefix}{k}.'))
-    else:
-      out[prefix + k] = v
-  return out
+_flat = flatten_dict
 
 
 def config_diff(run: Run) -> list[str]:
