@@ -99,6 +99,17 @@ def test_override_parses_literals():
   assert ModelConfig().d_model != 512  # override returned a new config, the default is intact
 
 
+def test_string_fields_keep_text_that_parses_as_another_literal():
+  # `none` is a position and a remat policy: a str field must not turn it into None.
+  exp = override(ExperimentConfig(), parse_overrides(['model.position=none',
+                                                      'model.remat=none']))
+  assert (exp.model.position, exp.model.remat) == ('none', 'none')
+  assert override(ModelConfig(), {'position': "'none'"}).position == 'none'  # quoted works too
+  assert override(ModelConfig(), {'final_norm': 'none'}).final_norm is None  # Optional: None
+  with pytest.raises(ConfigError, match=r'^model\.d_model:'):
+    override(ModelConfig(), {'d_model': 'none'})
+
+
 def test_override_never_evaluates_code(tmp_path):
   marker = tmp_path / 'ran'
   code = f"__import__('pathlib').Path({str(marker)!r}).touch()"

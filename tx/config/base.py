@@ -190,14 +190,13 @@ def parse_literal(text: str):
 def override(cfg, overrides: Mapping[str, Any]):
   """Returns `cfg` with dotted-key overrides applied and everything re-validated.
 
-  Values that are strings are parsed as literals first, so command-line text
-  (`'512'`, `'True'`, `'(0.9, 0.98)'`) and Python values both work.
+  Values that are strings are parsed as literals against the field's type first, so
+  command-line text (`'512'`, `'True'`, `'(0.9, 0.98)'`) and Python values both work,
+  and a string field keeps text that would parse as something else (`position=none`).
   """
   data = to_dict(cfg)
   root = getattr(type(cfg), 'PREFIX', '')
   for key, value in overrides.items():
-    if isinstance(value, str):
-      value = parse_literal(value)
     node, parts = data, key.split('.')
     cls = type(cfg)
     for depth, part in enumerate(parts):
@@ -208,7 +207,7 @@ def override(cfg, overrides: Mapping[str, Any]):
         allowed = ', '.join(prefix.rstrip('.') + '.' + n if prefix else n for n in sorted(fields))
         raise ConfigError(f'{where}: unknown key; allowed keys are {allowed}')
       if depth == len(parts) - 1:
-        node[part] = value
+        node[part] = _parse_for(value, _hints(cls)[part]) if isinstance(value, str) else value
       else:
         sub = _hints(cls)[part]
         if not (isinstance(sub, type) and dataclasses.is_dataclass(sub)):
@@ -217,14 +216,34 @@ def override(cfg, overrides: Mapping[str, Any]):
   return from_dict(type(cfg), data)
 
 
-def parse_overrides(pairs: list[str]) -> dict[str, Any]:
-  """Parses command-line `key=value` strings into an override mapping."""
+def _parse_for(text: str, tp):
+  """`text` parsed as a literal, unless the field takes a string and the literal does not
+  fit it (`'none'` or `'512'` for a `str` field stay text)."""
+  parsed = parse_literal(text)
+  if parsed is text:
+    return text
+  try:
+    _coerce(parsed, tp, '')
+    return parsed
+  except ConfigError:
+    try:
+      _coerce(text, tp, '')
+      return text
+    except ConfigError:
+      return parsed  # neither fits: let validation name the key and the parsed value
+
+
+def parse_overrides(pairs: list[str]) -> dict[str, str]:
+  """Splits command-line `key=value` strings into an override mapping of raw text.
+
+  The values stay text: `override` parses each against its field's type.
+  """
   out = {}
   for pair in pairs:
     if '=' not in pair:
       raise ConfigError(f'{pair}: an override must look like key=value, e.g. model.d_model=256')
     key, value = pair.split('=', 1)
-    out[key.strip()] = parse_literal(value)
+    out[key.strip()] = value
   return out
 
 

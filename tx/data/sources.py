@@ -132,13 +132,20 @@ def load_source(data_cfg: DataConfig, split: str) -> Source:
   if split not in SPLITS:
     raise DataError(f'split {split!r} is not one of {", ".join(SPLITS)}')
   ds = _resolve(data_cfg)
+  if not ds.builder.is_prepared():
+    with common.preparing(ds.builder):
+      if ds.tfds_name:
+        catalog.prepare_catalog(ds.builder, ds.tfds_name, ds.raw)
+      else:
+        common.prepare(ds.builder)
+    # A builder made before its data existed has empty split info (and another process
+    # may have prepared it); a fresh one reads what was written.
+    ds = _resolve(data_cfg)
   builder = ds.builder
   if ds.tfds_name:
-    catalog.prepare_catalog(builder, ds.tfds_name, ds.raw)
     own = catalog.split_name(builder, split)
     _, keys = catalog.record_keys(builder, data_cfg.source_lang, data_cfg.target_lang)
   else:
-    common.prepare(builder)
     own = split if split in builder.info.splits.keys() else None
     keys = {'text': 'text'} if ds.kind == 'text' else {'source': 'source', 'target': 'target'}
   if own is None:

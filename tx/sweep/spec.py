@@ -18,7 +18,7 @@ import shlex
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from tx.config.base import ConfigError, parse_literal
+from tx.config.base import ConfigError, flatten, parse_literal
 from tx.sweep.axes import Axes, as_axes
 from tx.sweep.names import short_keys, variant_name
 
@@ -162,6 +162,8 @@ def plan(sweep: Sweep, workdir, *, seeds: int | None = None,
       cfg = registry.get(sweep.base, overrides)
     except ConfigError as e:
       raise ConfigError(f'sweep {sweep.name}, variant {v.name}: {e}') from None
+    values = flatten(cfg)  # the typed values (command-line --set text arrives as str)
+    overrides = {k: values.get(k, x) for k, x in overrides.items()}
     for k in offsets:
       seed = cfg.train.seed + k
       runs.append(Run(variant=v.name, seed=k, dir=workdir / v.name / f'seed_{k}',

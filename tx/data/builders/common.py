@@ -20,7 +20,9 @@ a failed or killed preparation never looks complete.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import fcntl
 import gzip
 import hashlib
 import json
@@ -188,6 +190,25 @@ def prepare(builder: tfds.core.DatasetBuilder) -> None:
   except OSError:
     if not builder.is_prepared():
       raise
+
+
+@contextlib.contextmanager
+def preparing(builder: tfds.core.DatasetBuilder):
+  """Holds an exclusive lock on preparing `builder`'s data, across the processes of a host.
+
+  Processes that start a job together (`jax.distributed`, or two runs sharing a data
+  dir) would otherwise all prepare the same config at once; with the lock one prepares
+  and the others wait, then find it prepared. The lock file sits beside the version
+  folder (a dot-name TFDS does not take for a version).
+  """
+  path = Path(os.fspath(builder.data_path))
+  path.parent.mkdir(parents=True, exist_ok=True)
+  with open(path.parent / f'.{path.name}.lock', 'w') as fh:
+    fcntl.flock(fh, fcntl.LOCK_EX)
+    try:
+      yield
+    finally:
+      fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def data_root(data_dir: str | os.PathLike | None) -> Path:
