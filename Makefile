@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test venv clean
+.PHONY: demo test venv results clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,6 +18,19 @@ demo: venv
 
 test: venv
 	$(BIN)/python -m pytest tests
+
+# experiments/RESULTS.md: every ablation sweep, then its comparison (compare.md, .csv, PNGs).
+RESULTS ?= runs/ablations
+TX_RAW_DATA ?= $(abspath ../shared/data)
+results: venv
+	for s in ablate_positions ablate_norm_position ablate_ffn ablate_mlm_norm \
+	    ablate_mt_label_smoothing; do \
+	  TX_RAW_DATA=$(TX_RAW_DATA) $(BIN)/tx sweep $$s --workdir $(RESULTS)/$$s || exit 1; done
+	$(BIN)/tx compare $(RESULTS)/ablate_positions --metric eval.extrapolation.256
+	$(BIN)/tx compare $(RESULTS)/ablate_norm_position --metric eval.loss
+	$(BIN)/tx compare $(RESULTS)/ablate_ffn --metric eval.loss
+	$(BIN)/tx compare $(RESULTS)/ablate_mlm_norm --metric eval.loss
+	$(BIN)/tx compare $(RESULTS)/ablate_mt_label_smoothing --metric eval.loss
 
 clean:
 	rm -rf $(VENV) runs

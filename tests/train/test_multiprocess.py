@@ -15,13 +15,17 @@ import jax
 import pytest
 
 CHILD = r'''
-import json, sys
+import json, os, sys, time
 from pathlib import Path
 import jax
 
 port, process_id, workdir, config = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
 jax.distributed.initialize(coordinator_address=f'127.0.0.1:{port}', num_processes=2,
                            process_id=process_id, initialization_timeout=120)
+# By hand, TX_TEST_LATE_S=45 makes process 1 reach train() late (after the devices are
+# known): slow host-side work must not make the other process time out.
+jax.devices()
+time.sleep(float(os.environ.get('TX_TEST_LATE_S', 0)) * process_id)
 from tx.config.base import from_dict
 from tx.config.experiment import ExperimentConfig
 from tx.train.loop import train

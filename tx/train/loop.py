@@ -24,7 +24,7 @@ from tx.config.base import to_dict
 from tx.config.experiment import ExperimentConfig
 from tx.models.build import build_model, count_params
 from tx.tasks import make_task, summarize
-from tx.train import run_dir
+from tx.train import processes, run_dir
 from tx.train.checkpoint import Checkpointer
 from tx.train.evaluate import evaluate
 from tx.train.flops import flops_per_step, measure_matmul_ceiling
@@ -104,6 +104,7 @@ def train(cfg: ExperimentConfig, workdir: str | Path, *, quiet: bool = False) ->
     raise ConfigError(f'train.batch_size: {cfg.train.batch_size} is not divisible by the '
                       f'{batch_divisor(mesh)} data-parallel devices (mesh.data x mesh.fsdp)')
   train_pipe, eval_pipe = make_pipelines(cfg, task.name)
+  processes.wait_for_all(f'data ready: {workdir}')
   cfg = resolve(cfg, train_pipe.vocab_size)
   model = build_model(cfg.model)
   optimizer, schedule = make_optimizer(cfg.optim, total_steps=cfg.train.steps,
