@@ -26,7 +26,7 @@ def demo():
       optim=OptimConfig(name='adamw', learning_rate=2e-3, b2=0.99, weight_decay=0.1,
                         schedule='cosine', warmup_steps=50, min_learning_rate=2e-4,
                         clip_norm=1.0),
-      train=TrainConfig(steps=400, batch_size=16, eval_every=200, eval_batches=10,
-                        log_every=25, checkpoint_every=200, sample_tokens=200),
+      train=TrainConfig(steps=300, batch_size=16, eval_every=150, eval_batches=10,
+                        log_every=25, checkpoint_every=150, sample_tokens=200),
       decode=DecodeConfig(strategy='sample', temperature=0.8, top_k=40, max_len=200),
   )
