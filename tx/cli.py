@@ -9,7 +9,10 @@
 
 Errors a user can cause (an unknown experiment or key, a bad value, a missing file, a
 workdir holding another run) exit with status 2 and one line naming the cause and the
-fix, before anything is compiled or written.
+fix, before anything is compiled or written. A non-finite loss exits with status 1
+(train.nan_policy=stop). SIGTERM / SIGINT during `tx train` or `tx sweep` save a checkpoint at
+the end of the step in flight and exit with 128 + the signal number (143 / 130) and a line
+saying how to resume; a second such signal stops at once.
 """
 
 from __future__ import annotations
@@ -158,19 +161,23 @@ def main(argv=None) -> int:
     return 2
   from tx.config.base import ConfigError  # pylint: disable=g-import-not-at-top
   errors: tuple[type[BaseException], ...] = (ConfigError, UserError, FileNotFoundError)
-  try:
-    from tx.data.errors import DataError  # pylint: disable=g-import-not-at-top
-    from tx.train.errors import CheckpointError  # pylint: disable=g-import-not-at-top
-    errors += (DataError, CheckpointError)
-  except ImportError:
-    pass
+  from tx.data.errors import DataError  # pylint: disable=g-import-not-at-top
+  from tx.train.errors import CheckpointError, NonFiniteError  # pylint: disable=g-import-not-at-top
+  errors += (DataError, CheckpointError)
   commands = {'list': cmd_list, 'train': cmd_train, 'eval': cmd_eval, 'generate': cmd_generate,
               'sweep': cmd_sweep, 'compare': cmd_compare}
+  from tx.train.preemption import Preempted  # pylint: disable=g-import-not-at-top
   try:
     return commands[args.command](args)
   except errors as e:
     print(f'tx {args.command}: error: {e}', file=sys.stderr)
     return 2
+  except NonFiniteError as e:
+    print(f'tx {args.command}: error: {e}', file=sys.stderr)
+    return 1
+  except Preempted as e:
+    print(f'tx {args.command}: stopped: {e}', file=sys.stderr)
+    return e.exit_code
   except KeyboardInterrupt:
     print(f'tx {args.command}: interrupted', file=sys.stderr)
     return 130

@@ -91,6 +91,14 @@ def tiny_config(family: str, *, corpus: Path | None = None, parallel=None, data_
   return cfg
 
 
+def demo_overrides(cfg) -> list[str]:
+  """`--set` arguments turning the registered `demo` into `cfg` (for `tx train demo` children)."""
+  from tx import registry  # pylint: disable=g-import-not-at-top
+  from tx.config.base import flatten  # pylint: disable=g-import-not-at-top
+  base = flatten(registry.get('demo'))
+  return [f'{k}={v!r}' for k, v in flatten(cfg).items() if k != 'name' and base[k] != v]
+
+
 def config_json(cfg) -> str:
   return json.dumps(to_dict(cfg))
 
@@ -141,6 +149,7 @@ def tt(corpus, parallel, data_dir):
     return tiny_config(family, corpus=corpus, parallel=parallel, data_dir=data_dir, **kw)
   return types.SimpleNamespace(config=config, corpus=corpus, parallel=parallel,
                                data_dir=data_dir, config_json=config_json, rows=metric_rows,
+                               demo_overrides=demo_overrides,
                                free_port=free_port, env=lambda devices=None: child_env(
                                    data_dir, devices), python=sys.executable, root=ROOT)
 

@@ -16,8 +16,6 @@ import jax
 import numpy as np
 import pytest
 
-from tx import registry
-from tx.config.base import flatten
 from tx.train.restore import load_run
 
 STEPS, EVERY, HANG_AT = 12, 4, 9  # park when asked for the batch after step 9
@@ -44,12 +42,6 @@ sys.exit(main(sys.argv[3:]))
 '''
 
 
-def _overrides(cfg) -> list[str]:
-  """`--set` arguments turning the registered `demo` into `cfg`."""
-  base = flatten(registry.get('demo'))
-  return [f'{k}={v!r}' for k, v in flatten(cfg).items() if k != 'name' and base[k] != v]
-
-
 def _wait(proc, timeout):
   try:
     out, err = proc.communicate(timeout=timeout)
@@ -67,7 +59,7 @@ def runs(tt, tmp_path_factory):
                   optim=dict(schedule='cosine', warmup_steps=2),
                   train=dict(steps=STEPS, checkpoint_every=EVERY, eval_every=EVERY,
                              eval_batches=1, log_every=1, async_checkpoint=True))
-  sets = _overrides(cfg)
+  sets = tt.demo_overrides(cfg)
   env = tt.env()
   a, b = tmp / 'A', tmp / 'B'
   command = lambda workdir: ['train', 'demo', '--workdir', str(workdir), '--quiet', '--set',

@@ -26,10 +26,12 @@ from tx.models.build import build_model, count_params
 from tx.tasks import make_task, summarize
 from tx.train import processes, run_dir
 from tx.train.checkpoint import Checkpointer
+from tx.train.errors import NonFiniteError
 from tx.train.evaluate import evaluate
 from tx.train.flops import flops_per_step, measure_matmul_ceiling
 from tx.train.mesh import batch_divisor, batch_sharding, global_batch, logical_rules, make_mesh
 from tx.train.optimizer import make_optimizer
+from tx.train.preemption import Preempted, PreemptionGuard
 from tx.train.state import init_state, state_shardings
 from tx.train.step import jit_train_step, make_eval_step, make_train_step
 
@@ -43,10 +45,6 @@ class RunResult:
   state: object
   config: ExperimentConfig
   tokenizer: object
-
-
-class NonFiniteError(RuntimeError):
-  """The loss or gradient norm became NaN/Inf (train.nan_policy=stop)."""
 
 
 def best_mode(metric: str) -> str:
@@ -124,26 +122,28 @@ def train(cfg: ExperimentConfig, workdir: str | Path, *, quiet: bool = False) ->
                       best_mode=best_mode(cfg.train.best_metric))
   writer = run_dir.MetricsWriter(workdir)
   try:
-    with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
+    with jax.set_mesh(mesh), nn.logical_axis_rules(rules), PreemptionGuard() as guard:
       return _run(cfg, workdir, task, model, optimizer, schedule, mesh, sharded, ckpt, writer,
-                  train_pipe, eval_pipe, start_wall, quiet)
+                  train_pipe, eval_pipe, start_wall, quiet, guard)
   finally:
     ckpt.close()
     writer.close()
 
 
 def _run(cfg, workdir, task, model, optimizer, schedule, mesh, sharded, ckpt, writer, train_pipe,
-         eval_pipe, start_wall, quiet):
+         eval_pipe, start_wall, quiet, guard):
   abstract, shardings = sharded
   meta = {'best_eval': None, 'wall_time_s': 0.0}
   latest = ckpt.latest_step()
   if latest is not None:
     state, data_state, meta, step = ckpt.restore(abstract)
     batches = train_pipe.iterator(data_state)
+    writer.drop_after(step)  # rows the killed run logged past its last checkpoint
     say(f'resuming from checkpoint at step {step} in {workdir / run_dir.CHECKPOINTS}')
   else:
     state = init_state(model, optimizer, cfg.model, shardings, cfg.train.seed)
     batches = train_pipe.iterator()
+    writer.drop_after(0)  # rows of a run killed before its first checkpoint
   step = int(jax.device_get(state.step))
   params_count = count_params(state.params)
 
@@ -216,13 +216,18 @@ def _run(cfg, workdir, task, model, optimizer, schedule, mesh, sharded, ckpt, wr
       progress.note(f'step {step}: eval loss {metrics_eval.get("loss", float("nan")):.4f}'
                     + (f', bpb {metrics_eval["bits_per_byte"]:.3f}' if 'bits_per_byte' in metrics_eval else ''))
       window_start = time.time()
-    if at_ckpt:
+    preempted = guard.requested(step) and step < cfg.train.steps
+    if at_ckpt or preempted:
       meta = {'best_eval': best, 'last_eval': last_eval,
               'wall_time_s': meta.get('wall_time_s', 0.0) + (time.time() - start_wall)}
       start_wall = time.time()
       ckpt.save(step, state, data_state=batches.get_state(), meta=meta,
                 metrics=last_eval if at_eval else None)
       window_start = time.time()
+    if preempted:
+      ckpt.wait()
+      progress.close()
+      raise Preempted(guard.signal_name, step, workdir)
   progress.close()
   ckpt.wait()
 

@@ -80,6 +80,26 @@ class MetricsWriter:
       except ImportError:
         self._tb = None
 
+  def drop_after(self, step: int) -> None:
+    """Forgets rows logged after `step` (a resumed run logs those steps again), and a torn last
+    line left by a kill, so metrics.jsonl reads like the log of an uninterrupted run."""
+    if not self.enabled:
+      return
+    path = Path(self._file.name)
+    self._file.close()
+    kept = []
+    for line in path.read_text().splitlines():
+      try:
+        row = json.loads(line)
+      except ValueError:
+        continue
+      if isinstance(row, dict) and row.get('step', 0) <= step:
+        kept.append(line + '\n')
+    tmp = path.with_name(f'.{path.name}.tmp')
+    tmp.write_text(''.join(kept))
+    os.replace(tmp, path)
+    self._file = open(path, 'a', buffering=1)
+
   def write(self, step: int, metrics: dict, prefix: str = '') -> None:
     if not self.enabled:
       return
