@@ -154,8 +154,18 @@ def cmd_generate(args) -> int:
   return run_generate(args)
 
 
+def _parse(argv):
+  """Parsed arguments; an unknown flag is reported by its command's parser (`tx train --help`)."""
+  parser = _parser()
+  args, extra = parser.parse_known_args(argv)
+  if extra:
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))  # pylint: disable=protected-access
+    commands.choices[args.command].error(f'unrecognized arguments: {" ".join(extra)}')
+  return args
+
+
 def main(argv=None) -> int:
-  args = _parser().parse_args(argv)
+  args = _parse(argv)
   if args.command in LATER:
     print(f'tx {args.command}: not available yet ({LATER[args.command]})', file=sys.stderr)
     return 2

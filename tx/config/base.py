@@ -243,6 +243,8 @@ def parse_overrides(pairs: list[str]) -> dict[str, str]:
     if '=' not in pair:
       raise ConfigError(f'{pair}: an override must look like key=value, e.g. model.d_model=256')
     key, value = pair.split('=', 1)
+    if not key.strip():
+      raise ConfigError(f'{pair!r}: an override needs a key before the =, e.g. model.d_model=256')
     out[key.strip()] = value
   return out
 

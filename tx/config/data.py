@@ -8,6 +8,11 @@ from __future__ import annotations
 from tx.config.base import choice, config, fail
 
 
+# tx's own datasets by the records they hold (tfds:NAME datasets are known only once resolved).
+TEXT_DATASETS = ('stdlib', 'tinyshakespeare', 'text')
+PARALLEL_DATASETS = ('multi30k', 'parallel')
+
+
 @config
 class DataConfig:
   """Where examples come from and how they become fixed-shape batches."""

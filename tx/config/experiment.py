@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tx.config.base import config, fail, nested
-from tx.config.data import DataConfig
+from tx.config.data import PARALLEL_DATASETS, TEXT_DATASETS, DataConfig
 from tx.config.model import ModelConfig
 from tx.config.optim import OptimConfig
 from tx.config.train import DecodeConfig, MeshConfig, TaskConfig, TrainConfig
@@ -31,6 +31,12 @@ class ExperimentConfig:
     if self.optim.grad_accum_steps > 1 and self.train.batch_size % self.optim.grad_accum_steps:
       fail('optim.grad_accum_steps', f'{self.optim.grad_accum_steps} does not divide '
            f'train.batch_size={self.train.batch_size}')
+    if task == 'seq2seq' and self.data.dataset in TEXT_DATASETS:
+      fail('data.dataset', f'objective seq2seq needs a parallel dataset '
+           f'({", ".join(PARALLEL_DATASETS)}), got {self.data.dataset!r}')
+    if task != 'seq2seq' and self.data.dataset in PARALLEL_DATASETS:
+      fail('data.dataset', f'objective {task} needs a text dataset '
+           f'({", ".join(TEXT_DATASETS)}), got the parallel dataset {self.data.dataset!r}')
     length = self.data.target_len if task == 'seq2seq' else self.data.seq_len
     if self.model.position == 'learned' and length > self.model.max_len:
       fail('model.max_len', f'{self.model.max_len} is shorter than the training length {length} '

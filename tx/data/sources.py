@@ -28,7 +28,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from tx.config.data import DataConfig
+from tx.config.data import PARALLEL_DATASETS, TEXT_DATASETS, DataConfig
 from tx.data.builders import catalog, common
 from tx.data.builders.parallel import parallel_builder
 from tx.data.builders.stdlib import stdlib_builder
@@ -109,9 +109,9 @@ def data_dir(data_cfg: DataConfig) -> Path:
 
 def dataset_kind(data_cfg: DataConfig) -> str:
   """'text' (records {'text': str}) or 'parallel' (records {'source', 'target'})."""
-  if data_cfg.dataset in ('stdlib', 'tinyshakespeare', 'text'):
+  if data_cfg.dataset in TEXT_DATASETS:
     return 'text'
-  if data_cfg.dataset in ('multi30k', 'parallel'):
+  if data_cfg.dataset in PARALLEL_DATASETS:
     return 'parallel'
   return _resolve(data_cfg).kind
 

@@ -28,7 +28,9 @@ def mesh_shape(cfg: MeshConfig, num_devices: int) -> tuple[int, int, int]:
   known = math.prod(s for s in sizes if s != -1)
   if -1 in sizes:
     if num_devices % known:
-      raise ConfigError(f'mesh: fsdp x tensor = {known} does not divide the {num_devices} devices')
+      raise ConfigError(f'mesh: the fixed axes multiply to {known}, which does not divide the '
+                        f'{num_devices} devices; set mesh.fsdp / mesh.tensor to divisors of '
+                        f'{num_devices}')
     sizes[sizes.index(-1)] = num_devices // known
   if math.prod(sizes) != num_devices:
     raise ConfigError(f'mesh.data x mesh.fsdp x mesh.tensor = {math.prod(sizes)} but there are '
