@@ -9,6 +9,7 @@ import json
 import math
 import os
 import random
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -211,3 +212,23 @@ def test_eval_and_generate(cli, trained):
   assert bad.returncode == 2
   assert [l for l in bad_err.splitlines() if l.strip()] == [
       'tx generate: error: model.d_model: tx generate only takes decode.* overrides']
+
+
+def test_eval_and_generate_on_a_corrupt_checkpoint_say_so_in_one_line(cli, trained):
+  workdir, _ = trained
+  damaged = cli.tmp / 'damaged'
+  shutil.copytree(workdir, damaged)
+  files = sorted((p for p in (damaged / 'checkpoints' / '10' / 'state').rglob('*') if p.is_file()),
+                 key=lambda p: p.stat().st_size)
+  with open(files[-1], 'r+b') as f:  # the biggest file: the array data
+    f.truncate(files[-1].stat().st_size // 2)
+  ev = cli.start('eval', '--workdir', damaged, '--batches', 1, '--extrapolation', 'none')
+  gen = cli.start('generate', '--workdir', damaged, '--prompt', 'ab')
+  for name, p in (('eval', ev), ('generate', gen)):
+    _, err = p.communicate(timeout=300)
+    lines = [l for l in err.splitlines() if l.strip()]
+    assert p.returncode == 2, err[-3000:]
+    assert 'Traceback' not in err
+    assert len(lines) == 1, err
+    assert lines[0].startswith(f'tx {name}: error: ') and 'step 10' in lines[0], lines[0]
+    assert 'checkpoint' in lines[0] and 'delete the damaged step' in lines[0], lines[0]
