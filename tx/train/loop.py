@@ -189,7 +189,6 @@ def _run(cfg, workdir, task, model, optimizer, schedule, mesh, sharded, ckpt, wr
     at_ckpt = step % cfg.train.checkpoint_every == 0 or step == cfg.train.steps
     if at_log or at_eval or at_ckpt:
       host = jax.device_get(pending)
-      _check_finite(host, step - len(host) + 1, cfg)
       elapsed = time.time() - window_start
       train_time += elapsed
       sums = {k: sum(float(m[k]) for m in host) for k in host[0]}
@@ -204,6 +203,7 @@ def _run(cfg, workdir, task, model, optimizer, schedule, mesh, sharded, ckpt, wr
       row['mfu'] = step_flops / max(row['step_time_s'], 1e-9) / peak
       if at_log:
         writer.write(step, row)
+      _check_finite(host, step - len(host) + 1, cfg, total_skips=state.skips)  # before saving
       progress.update(step, row)
       pending, window_start = [], time.time()
     if at_eval:
@@ -239,6 +239,7 @@ def _run(cfg, workdir, task, model, optimizer, schedule, mesh, sharded, ckpt, wr
       'flops_per_step': step_flops, 'matmul_ceiling_flops': peak,
       'eval': last_eval or {}, 'best_eval': best or {},
       'devices': jax.device_count(), 'processes': jax.process_count(),
+      'skipped_updates': int(jax.device_get(state.skips)),
   }
   if steps_run and train_time:
     summary['mfu'] = steps_run / train_time * step_flops / peak
@@ -252,18 +253,29 @@ def _run(cfg, workdir, task, model, optimizer, schedule, mesh, sharded, ckpt, wr
   return RunResult(summary=summary, state=state, config=cfg, tokenizer=train_pipe.tokenizer)
 
 
-def _check_finite(host_metrics, first_step, cfg) -> None:
+def _check_finite(host_metrics, first_step, cfg, total_skips) -> None:
+  """Stops (NonFiniteError) on a non-finite step under nan_policy=stop, or once more than
+  train.max_skips updates have been skipped under nan_policy=skip."""
   for i, m in enumerate(host_metrics):
     if cfg.train.nan_policy == 'stop' and not m['finite']:
       loss = float(m['loss_sum']) / max(float(m['weight_sum']), 1.0)
+      grad_norm = float(m['grad_norm'])
+      what = (f'loss {loss}' if not math.isfinite(loss) else
+              f'gradient norm {grad_norm} (loss {loss:.4f})')
       raise NonFiniteError(
-          f'step {first_step + i}: non-finite loss ({loss}) or gradient norm '
-          f'({float(m["grad_norm"])}); the last good checkpoint is kept. Lower optim.learning_rate, '
-          'enable optim.clip_norm, or set train.nan_policy=skip')
+          f'step {first_step + i}: non-finite {what}; the last good checkpoint is kept. Lower '
+          'optim.learning_rate, enable optim.clip_norm, or set train.nan_policy=skip')
   skipped = sum(float(m['skipped']) for m in host_metrics)
   if cfg.train.nan_policy == 'skip' and skipped:
-    say(f'skipped {int(skipped)} update(s) with non-finite loss/gradients before step '
-        f'{first_step + len(host_metrics) - 1}')
+    last = first_step + len(host_metrics) - 1
+    total = int(jax.device_get(total_skips))
+    if total > cfg.train.max_skips:
+      raise NonFiniteError(
+          f'step {last}: {total} updates skipped for a non-finite loss or gradient norm, more '
+          f'than train.max_skips={cfg.train.max_skips}; the last good checkpoint is kept. Lower '
+          'optim.learning_rate, enable optim.clip_norm, or raise train.max_skips')
+    say(f'skipped {int(skipped)} update(s) with non-finite loss/gradients up to step {last} '
+        f'({total} in all, train.max_skips={cfg.train.max_skips})')
 
 
 class _progress:
