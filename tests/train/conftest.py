@@ -10,6 +10,7 @@ import json
 import os
 import random
 import socket
+import subprocess
 import sys
 import types
 from pathlib import Path
@@ -99,6 +100,34 @@ def demo_overrides(cfg) -> list[str]:
   return [f'{k}={v!r}' for k, v in flatten(cfg).items() if k != 'name' and base[k] != v]
 
 
+def assert_same_final_state(a: Path, b: Path, steps: int):
+  """Both runs' latest checkpoints are at `steps`, with equal configs and bitwise-equal state;
+  returns the config."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  from tx.train.restore import load_run  # pylint: disable=g-import-not-at-top
+  cfg_a, state_a, _, step_a = load_run(a)
+  cfg_b, state_b, _, step_b = load_run(b)
+  assert step_a == step_b == steps and cfg_a == cfg_b
+  leaves_a = jax.tree_util.tree_leaves_with_path(state_a)
+  leaves_b = jax.tree_util.tree_leaves(state_b)
+  assert len(leaves_a) == len(leaves_b)
+  for (path, x), y in zip(leaves_a, leaves_b):
+    assert np.array_equal(np.asarray(x), np.asarray(y)), jax.tree_util.keystr(path)
+  return cfg_a
+
+
+def finish_child(proc, timeout: float) -> subprocess.CompletedProcess:
+  """Waits for a child started with text pipes; kills it and fails the test on timeout."""
+  try:
+    out, err = proc.communicate(timeout=timeout)
+  except subprocess.TimeoutExpired:
+    proc.kill()
+    out, err = proc.communicate()
+    pytest.fail(f'timed out:\n{err[-3000:]}')
+  return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
 def config_json(cfg) -> str:
   return json.dumps(to_dict(cfg))
 
@@ -150,6 +179,7 @@ def tt(corpus, parallel, data_dir):
   return types.SimpleNamespace(config=config, corpus=corpus, parallel=parallel,
                                data_dir=data_dir, config_json=config_json, rows=metric_rows,
                                demo_overrides=demo_overrides,
+                               same_final_state=assert_same_final_state, finish=finish_child,
                                free_port=free_port, env=lambda devices=None: child_env(
                                    data_dir, devices), python=sys.executable, root=ROOT)
 

@@ -20,12 +20,9 @@ import signal
 import subprocess
 import time
 
-import jax
-import numpy as np
 import pytest
 
 from tx.train.checkpoint import Checkpointer
-from tx.train.restore import load_run
 
 STEPS, EVERY, DELAY = 60, 2, 0.02
 KILLS = ('save', 'startup', 'random', 'save', 'random')
@@ -81,15 +78,8 @@ class Runner:
         pytest.fail(f'timed out waiting for {what}')
       time.sleep(0.001)
 
-  @staticmethod
-  def finish(proc, timeout=240):
-    try:
-      out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-      proc.kill()
-      out, err = proc.communicate()
-      pytest.fail(f'timed out:\n{err[-3000:]}')
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+  def finish(self, proc, timeout=240):
+    return self.tt.finish(proc, timeout)
 
   def close(self):
     for p in self.procs:
@@ -168,17 +158,6 @@ def runs(tt, tmp_path_factory):
   return out
 
 
-def _same_state(x, y):
-  cfg_x, state_x, _, step_x = load_run(x)
-  cfg_y, state_y, _, step_y = load_run(y)
-  assert step_x == step_y == STEPS and cfg_x == cfg_y
-  leaves_x = jax.tree_util.tree_leaves_with_path(state_x)
-  leaves_y = jax.tree_util.tree_leaves(state_y)
-  assert len(leaves_x) == len(leaves_y)
-  for (path, u), v in zip(leaves_x, leaves_y):
-    assert np.array_equal(np.asarray(u), np.asarray(v)), jax.tree_util.keystr(path)
-
-
 def _metric_log(workdir):
   """metrics.jsonl without its timing fields, in file order."""
   rows = []
@@ -216,8 +195,8 @@ def test_killed_runs_make_progress_and_finish(runs):
   assert steps == sorted(steps) and steps[-1] > 0, steps
 
 
-def test_killed_run_equals_uninterrupted_run_bitwise(runs):
-  _same_state(runs['a'], runs['b'])
+def test_killed_run_equals_uninterrupted_run_bitwise(tt, runs):
+  tt.same_final_state(runs['a'], runs['b'], STEPS)
   assert _metric_log(runs['a']) == _metric_log(runs['b'])
   summary_a = json.loads((runs['a'] / 'summary.json').read_text())
   summary_b = json.loads((runs['b'] / 'summary.json').read_text())
@@ -239,11 +218,11 @@ def test_signal_saves_and_exits_with_a_resume_line(runs, index, name, code):
   assert s['seconds'] < 30
 
 
-def test_signalled_run_resumes_where_it_stopped_and_equals_the_uninterrupted_run(runs):
+def test_signalled_run_resumes_where_it_stopped_and_equals_the_uninterrupted_run(tt, runs):
   final = runs['c_final']
   assert final.returncode == 0, final.stderr[-3000:]
   second = runs['signals'][1]['result']
   saved = second.stderr.strip().splitlines()[-1].split('checkpoint at step ')[1].split()[0]
   assert f'resuming from checkpoint at step {saved}' in final.stderr
-  _same_state(runs['a'], runs['c'])
+  tt.same_final_state(runs['a'], runs['c'], STEPS)
   assert _metric_log(runs['a']) == _metric_log(runs['c'])

@@ -12,11 +12,7 @@ import signal
 import subprocess
 import time
 
-import jax
-import numpy as np
 import pytest
-
-from tx.train.restore import load_run
 
 STEPS, EVERY, HANG_AT = 12, 4, 9  # park when asked for the batch after step 9
 
@@ -40,16 +36,6 @@ pipeline.BatchIterator.__next__ = parked_next
 from tx.cli import main
 sys.exit(main(sys.argv[3:]))
 '''
-
-
-def _wait(proc, timeout):
-  try:
-    out, err = proc.communicate(timeout=timeout)
-  except subprocess.TimeoutExpired:
-    proc.kill()
-    out, err = proc.communicate()
-    pytest.fail(f'timed out:\n{err[-3000:]}')
-  return proc.returncode, out, err
 
 
 @pytest.fixture(scope='module')
@@ -85,12 +71,12 @@ def runs(tt, tmp_path_factory):
       time.sleep(0.05)
     time.sleep(0.2)  # nothing is pending: checkpoint 8 committed, the process is parked
     os.kill(run_b.pid, signal.SIGKILL)
-    killed = _wait(run_b, 30)
+    killed = tt.finish(run_b, 30)
     ckpts_after_kill = sorted(int(p.name) for p in (b / 'checkpoints').iterdir()
                               if p.name.isdigit())
     restart = subprocess.run([tt.python, '-m', 'tx', *command(b)], env=env, text=True,
                              capture_output=True, timeout=240, cwd=tmp)
-    a_result = _wait(run_a, 240)
+    a_result = tt.finish(run_a, 240)
   finally:
     for p in procs:
       if p.poll() is None:
@@ -111,9 +97,9 @@ def _rows(workdir):
 
 
 def test_both_runs_finish(runs):
-  rc, out, err = runs['a_result']
-  assert rc == 0, err[-3000:]
-  assert runs['killed'][0] == -signal.SIGKILL
+  a_result = runs['a_result']
+  assert a_result.returncode == 0, a_result.stderr[-3000:]
+  assert runs['killed'].returncode == -signal.SIGKILL
   assert runs['parked_at'] == HANG_AT
   assert runs['ckpts_after_kill'] == [EVERY, 2 * EVERY]
   assert runs['restart'].returncode == 0, runs['restart'].stderr[-3000:]
@@ -123,19 +109,12 @@ def test_both_runs_finish(runs):
 def test_restart_says_it_resumed(runs):
   err = runs['restart'].stderr
   assert f'resuming from checkpoint at step {2 * EVERY}' in err, err[-3000:]
-  assert 'resuming' not in runs['a_result'][2]
+  assert 'resuming' not in runs['a_result'].stderr
 
 
-def test_final_state_is_bitwise_identical(runs):
-  cfg_a, state_a, _, step_a = load_run(runs['a'])
-  cfg_b, state_b, _, step_b = load_run(runs['b'])
-  assert step_a == step_b == STEPS
-  assert cfg_a == cfg_b and cfg_a.model.dropout == 0.1
-  leaves_a = jax.tree_util.tree_leaves_with_path(state_a)
-  leaves_b = jax.tree_util.tree_leaves(state_b)
-  assert len(leaves_a) == len(leaves_b)
-  for (path, x), y in zip(leaves_a, leaves_b):
-    assert np.array_equal(np.asarray(x), np.asarray(y)), jax.tree_util.keystr(path)
+def test_final_state_is_bitwise_identical(tt, runs):
+  cfg = tt.same_final_state(runs['a'], runs['b'], STEPS)
+  assert cfg.model.dropout == 0.1
 
 
 def test_metrics_after_the_resume_point_are_identical(runs):

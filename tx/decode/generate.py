@@ -99,16 +99,17 @@ def generate_lm(cfg: ModelConfig, params, prompt_BP, rng, *, max_new: int, strat
                      return_logits=return_logits)
 
 
-@functools.partial(jax.jit, static_argnames=_STATIC)
+@functools.partial(jax.jit, static_argnames=_STATIC + ('bos_id',))
 def generate_seq2seq(cfg: ModelConfig, params, src_BS, rng, *, max_new: int, strategy='greedy',
                      temperature=1.0, top_k: int = 0, top_p=1.0, eos_id: int = EOS_ID,
-                     return_logits: bool = False):
+                     return_logits: bool = False, bos_id: int = BOS_ID):
   """Encoder-decoder: src [B, S] (right-padded) -> tokens [B, max_new] (+ logits [B, max_new, V]).
 
   The encoder runs once per batch and each layer's cross-attention keys/values are
-  projected once; decoding starts from BOS.
+  projected once; decoding starts from `bos_id` (T5 checkpoints: 0, their pad id).
   """
-  step_fn, logits, cache, positions = seq2seq_stepper(cfg, params, src_BS, max_new + 1)
+  step_fn, logits, cache, positions = seq2seq_stepper(cfg, params, src_BS, max_new + 1,
+                                                      bos_id=bos_id)
   return decode_loop(step_fn, cache, logits, positions, rng, max_new=max_new,
                      strategy=strategy, temperature=temperature, top_k=top_k, top_p=top_p,
                      eos_id=eos_id, return_logits=return_logits)

@@ -54,11 +54,14 @@ def lm_stepper(cfg: ModelConfig, params, prompt_BP, total_len: int):
   return step_fn, logits, cache, lengths
 
 
-def seq2seq_stepper(cfg: ModelConfig, params, src_BS, total_len: int, *, repeat: int = 1):
+def seq2seq_stepper(cfg: ModelConfig, params, src_BS, total_len: int, *, repeat: int = 1,
+                    bos_id: int = BOS_ID):
   """Encoder-decoder: encodes src [B, S] once, then prefills BOS (row i -> rows i*r..i*r+r-1).
 
   The first decode step projects the encoder output into every layer's cross-attention
   keys/values and caches them; later steps pass no encoder output at all.
+  `bos_id` is the start token; it is marked as a real token even when it is the pad id
+  (T5 starts from its pad id 0).
   Returns (step_fn, logits [B*r, V] after BOS, cache, next position [B*r] (= 1)).
   """
   model = build_model(cfg, decode=True)
@@ -69,12 +72,15 @@ def seq2seq_stepper(cfg: ModelConfig, params, src_BS, total_len: int, *, repeat:
   cache = empty_cache(model, encoded, src_valid, jnp.zeros((n, total_len), jnp.int32),
                       method='decode_step')
 
-  def apply(cache, tokens_BL, positions_BL, enc):
+  def apply(cache, tokens_BL, positions_BL, enc, segment_ids=None):
     logits, state = model.apply({'params': params, 'cache': cache}, enc, src_valid, tokens_BL,
-                                positions=positions_BL, mutable=['cache'], method='decode_step')
+                                positions=positions_BL, segment_ids=segment_ids,
+                                mutable=['cache'], method='decode_step')
     return logits[:, -1].astype(jnp.float32), state['cache']
 
-  bos = jnp.full((n, 1), BOS_ID, jnp.int32)
-  logits, cache = apply(cache, bos, jnp.zeros((n, 1), jnp.int32), encoded)
+  bos = jnp.full((n, 1), bos_id, jnp.int32)
+  # segment id 1 marks the start slot valid in the cache, whatever its token id
+  logits, cache = apply(cache, bos, jnp.zeros((n, 1), jnp.int32), encoded,
+                        jnp.ones((n, 1), jnp.int32))
   step_fn = lambda cache, tokens, positions: apply(cache, tokens, positions, None)
   return step_fn, logits, cache, jnp.ones((n,), jnp.int32)

@@ -4,13 +4,17 @@ checkpoints/ and summary.json."""
 from __future__ import annotations
 
 import json
+import logging
 import os
+import sys
 import time
 from pathlib import Path
 
 import jax
 
 from tx.config.base import ConfigError, from_dict, to_dict
+
+log = logging.getLogger(__name__)
 
 CONFIG = 'config.json'
 METRICS = 'metrics.jsonl'
@@ -74,11 +78,8 @@ class MetricsWriter:
     self._tb = None
     if self.enabled:
       self._file = open(workdir / METRICS, 'a', buffering=1)
-      try:
-        from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
-        self._tb = SummaryWriter(str(workdir / 'tensorboard'))
-      except ImportError:
-        self._tb = None
+      writer_class = _tensorboard_writer()
+      self._tb = writer_class(str(workdir / 'tensorboard')) if writer_class else None
 
   def drop_after(self, step: int) -> None:
     """Forgets rows logged after `step` (a resumed run logs those steps again), and a torn last
@@ -116,6 +117,27 @@ class MetricsWriter:
       self._file.close()
     if self._tb is not None:
       self._tb.close()
+
+
+def _tensorboard_writer():
+  """tensorboardX's SummaryWriter, or None (a warning) when it cannot be imported.
+
+  tensorboardX imports torch when torch is installed (the interop extra) only to accept torch
+  tensors; tx logs floats, so torch is hidden from that import: seconds less per run, and a
+  broken torch install cannot stop training.
+  """
+  hide_torch = 'torch' not in sys.modules
+  if hide_torch:
+    sys.modules['torch'] = None  # makes `import torch` raise ImportError
+  try:
+    from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
+    return SummaryWriter
+  except Exception as e:  # pylint: disable=broad-except
+    log.warning('TensorBoard events are off: tensorboardX failed to import (%s)', e)
+    return None
+  finally:
+    if hide_torch:
+      del sys.modules['torch']
 
 
 def _plain(v):
