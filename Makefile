@@ -13,10 +13,15 @@ $(BIN)/.installed: pyproject.toml
 
 venv: $(BIN)/.installed
 
+# The tests also install the interop extra (torch 2.13 CPU + transformers) for tests/interop.
+$(BIN)/.installed-interop: $(BIN)/.installed
+	$(BIN)/pip install -q -e ".[test,interop]"
+	touch $@
+
 demo: venv
 	$(BIN)/tx train demo --workdir runs/demo
 
-test: venv
+test: $(BIN)/.installed-interop
 	$(BIN)/python -m pytest tests
 
 # experiments/RESULTS.md: every ablation sweep, then its comparison (compare.md, .csv, PNGs).
@@ -26,7 +31,7 @@ results: venv
 	for s in ablate_positions ablate_norm_position ablate_ffn ablate_mlm_norm \
 	    ablate_mt_label_smoothing; do \
 	  TX_RAW_DATA=$(TX_RAW_DATA) $(BIN)/tx sweep $$s --workdir $(RESULTS)/$$s || exit 1; done
-	$(BIN)/tx compare $(RESULTS)/ablate_positions --metric eval.extrapolation.256
+	$(BIN)/tx compare $(RESULTS)/ablate_positions --metric eval.extrapolation.256 --baseline position=alibi
 	$(BIN)/tx compare $(RESULTS)/ablate_norm_position --metric eval.loss
 	$(BIN)/tx compare $(RESULTS)/ablate_ffn --metric eval.loss
 	$(BIN)/tx compare $(RESULTS)/ablate_mlm_norm --metric eval.loss

@@ -6,6 +6,7 @@
     tx generate --workdir DIR (--prompt TEXT | --input FILE) [--output FILE] [--set decode.*=...]
     tx sweep SWEEP --workdir DIR [--seeds N] [--only PATTERN] [--dry-run | --commands] [--set ...]
     tx compare DIR... [--metric NAME] [--baseline VARIANT] [--out DIR]
+    tx convert --hf DIR --workdir OUT [--experiment NAME] [--set key=value ...]
 
 Errors a user can cause (an unknown experiment or key, a bad value, a missing file, a
 workdir holding another run) exit with status 2 and one line naming the cause and the
@@ -73,6 +74,15 @@ def _parser() -> argparse.ArgumentParser:
                  help='decode.* overrides, e.g. --set decode.strategy=sample decode.top_p=0.9')
 
   _sweep_parsers(sub)
+  v = sub.add_parser('convert', help='import a Hugging Face checkpoint into a tx run directory')
+  v.add_argument('--hf', required=True, metavar='DIR',
+                 help='local checkpoint directory: config.json + model.safetensors (or .bin)')
+  v.add_argument('--workdir', required=True, help='the run directory to create')
+  v.add_argument('--experiment', default=None,
+                 help='registered experiment giving data/optim/train/decode settings and the '
+                      'run name (default: tx defaults, name hf_<DIR name>)')
+  v.add_argument('--set', nargs='+', action='extend', default=[], metavar='KEY=VALUE',
+                 help='overrides (data.*, optim.*, train.*, decode.*, model.dropout, ...)')
   for name, where in LATER.items():
     sub.add_parser(name, help=f'(coming: {where})')
   return p
@@ -154,6 +164,11 @@ def cmd_generate(args) -> int:
   return run_generate(args)
 
 
+def cmd_convert(args) -> int:
+  from tx.interop.convert import cli  # pylint: disable=g-import-not-at-top
+  return cli(args)
+
+
 def _parse(argv):
   """Parsed arguments; an unknown flag is reported by its command's parser (`tx train --help`)."""
   parser = _parser()
@@ -175,7 +190,7 @@ def main(argv=None) -> int:
   from tx.train.errors import CheckpointError, NonFiniteError  # pylint: disable=g-import-not-at-top
   errors += (DataError, CheckpointError)
   commands = {'list': cmd_list, 'train': cmd_train, 'eval': cmd_eval, 'generate': cmd_generate,
-              'sweep': cmd_sweep, 'compare': cmd_compare}
+              'sweep': cmd_sweep, 'compare': cmd_compare, 'convert': cmd_convert}
   from tx.train.preemption import Preempted  # pylint: disable=g-import-not-at-top
   try:
     return commands[args.command](args)

@@ -1,4 +1,65 @@
-"""tx.interop: Hugging Face checkpoints in and out (docs below are filled in later)."""
+"""tx.interop: Hugging Face checkpoints in and out.
+
+## Hugging Face checkpoints
+
+Import a local checkpoint directory (`config.json` + `model.safetensors`, its shards, or a
+`pytorch_model.bin`; no hub access) as tx params, or export tx params to a directory
+`transformers` loads with `from_pretrained`:
+
+```python
+from tx.interop import load_hf, export_hf
+cfg, params = load_hf('path/to/gpt2')             # tx.ModelConfig, plain float32 param tree
+logits = tx.build_model(cfg).apply({'params': params}, tokens)     # tokens [B, L], pad id 0
+export_hf(cfg, params, 'out/dir')                  # GPT-2 or LLaMA layout (RoPE -> LLaMA)
+```
+
+```bash
+tx convert --hf path/to/checkpoint --workdir runs/gpt2 [--experiment NAME] [--set train.steps=100 ...]
+```
+
+`tx convert` writes a run directory (`config.json` + an Orbax checkpoint at step 0 with a
+fresh optimizer state) whose `data.*`, `optim.*`, `train.*` and `decode.*` come from
+experiment NAME (default: tx's defaults, run name `hf_<dir name>`); `model.*` comes from the
+checkpoint (`--set` may change only `model.dropout`, `attention_dropout`, `remat`, `dtype`,
+`attention_impl`). Reading safetensors needs only `safetensors` (bfloat16 included), a
+`pytorch_model.bin` needs torch (read with `weights_only=True`), export needs `safetensors`:
+`pip install -e ".[interop]"` installs them with torch 2.13 (CPU) and transformers 5.
+
+| model_type | tx config it becomes |
+|---|---|
+| `gpt2` | decoder, `position=learned`, `norm=layernorm` pre-norm, `ffn=gelu_tanh`, biases, tied head (fused `c_attn` split into q/k/v) |
+| `bert` (MLM head) | encoder, `position=learned`, `norm_position=post`, `norm_eps=1e-12`, `embed_norm`, `type_vocab_size`, `ffn=gelu` (exact), `mlm_activation=gelu`; MLM transform + tied decoder + separate bias |
+| `t5` v1.0 / v1.1 | encoder_decoder, `position=t5` (one bucketed table per stack, none in cross-attention), `scale_attention=False`, `norm=rmsnorm` (no mean, no bias), `use_bias=False`, `ffn=relu` / `geglu_tanh`, `logits_scale=d_model^-0.5` when the original ties the head |
+| `llama` | decoder, `position=rope` (half-split), `norm=rmsnorm`, `ffn=swiglu`, `num_kv_heads` (GQA), `use_bias=False`, untied head |
+| `bloom` | decoder, `position=alibi` (any head count), `embed_norm`, `ffn=gelu_tanh`, biases, tied head (per-head fused qkv split) |
+
+Export: GPT-2 and LLaMA (`export_hf(cfg, params, dir, arch='gpt2'|'llama')`); a config
+the target cannot express (e.g. ALiBi as GPT-2) is a ConfigError naming the field.
+Tests (`tests/interop/`, skipped without torch + transformers) build each reference model
+with random weights, require float32 logits within 1e-4 on padded batches, greedy
+generation equal token for token (tx's KV cache vs `generate`), and bitwise export ->
+import round trips.
+
+Limitations:
+- tx's pad id is 0 and masks come from `tokens != 0`: GPT-2's id 0 ("!") is treated as
+  padding and tx never generates id 0. T5 starts decoding from id 0: pass
+  `tgt_segment_ids` (1 on real target tokens, the start included) to the model and
+  `bos_id=0` to `tx.decode.generate_seq2seq`.
+- tx's tokenizers cannot load a Hugging Face tokenizer, so `tx generate` / `tx eval` on a
+  converted run work only when the run's `data.tokenizer` has the checkpoint's vocabulary
+  (e.g. a tx model exported and converted back); otherwise they stop with a one-line
+  error, and the Python API works on token ids (`load_hf` / `tx.train.restore.load_run`,
+  then `tx.decode.generate_lm(cfg.model, params, prompt_ids, rng, max_new=...)`).
+  `tx train NAME --workdir OUT` fine-tunes a converted run when NAME's model and
+  tokenizer match it (it resumes from the step-0 checkpoint).
+- Not reproduced (ConfigError naming the field): scaled RoPE (`rope_type` other than
+  `default`), LLaMA with `attention_bias != mlp_bias`, BLOOM with
+  `apply_residual_connection_post_layernorm`, GPT-2 `scale_attn_by_inverse_layer_idx` /
+  `reorder_and_upcast_attn`, BERT relative position embeddings. BERT's pooler and
+  next-sentence head are not imported. Imported params are float32.
+"""
 
 from tx.interop.export import export_hf
 from tx.interop.load import load_hf, read_hf_config
+
+__all__ = ['export_hf', 'load_hf', 'read_hf_config']

@@ -28,9 +28,10 @@ def config_from_hf(hf: HFConfig) -> ModelConfig:
   d = hf.require('hidden_size')
   heads = hf.require('num_attention_heads')
   head_dim = hf.get('head_dim', default=d // heads)
+  kv_heads = hf.get('num_key_value_heads', default=heads)
   return ModelConfig(
       family='decoder', vocab_size=hf.require('vocab_size'), d_model=d, num_heads=heads,
-      num_kv_heads=hf.get('num_key_value_heads', default=heads),
+      num_kv_heads=None if kv_heads == heads else kv_heads,
       head_dim=None if head_dim * heads == d else head_dim,
       d_ff=hf.require('intermediate_size'), num_layers=hf.require('num_hidden_layers'),
       max_len=hf.get('max_position_embeddings', default=2048), position='rope',

@@ -42,6 +42,17 @@ def load_run(workdir: str | Path, *, step: int | None = None):
 
 
 def run_tokenizer(cfg):
-  """The tokenizer the run was trained with (cached next to the prepared data)."""
+  """The tokenizer the run was trained with (cached next to the prepared data).
+
+  A run whose model vocabulary differs from the tokenizer's (one made by `tx convert` from a
+  checkpoint with its own tokenizer) cannot turn texts into its token ids: ConfigError.
+  """
+  from tx.config.base import ConfigError  # pylint: disable=g-import-not-at-top
   from tx.data.pipeline import dataset_tokenizer  # pylint: disable=g-import-not-at-top
-  return dataset_tokenizer(cfg.data)
+  tokenizer = dataset_tokenizer(cfg.data)
+  if tokenizer.vocab_size != cfg.model.vocab_size:
+    raise ConfigError(f'model.vocab_size={cfg.model.vocab_size} but data.tokenizer='
+                      f'{cfg.data.tokenizer!r} has {tokenizer.vocab_size} ids: the run cannot '
+                      'encode text (a converted checkpoint needs its own tokenizer; use the '
+                      'Python API with token ids, see tx.interop)')
+  return tokenizer
