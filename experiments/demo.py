@@ -5,7 +5,8 @@
 Byte-level decoder-only LM (4 layers, d 128, RoPE, SwiGLU, pre-RMSNorm) on the `stdlib`
 corpus every machine has (the running interpreter's standard-library .py files; fixed
 train/validation split by file). Trains, evaluates, checkpoints and prints a sample.
-Expected on 2 CPU cores: see the README (measured numbers live there).
+Expected on 2 idle CPU cores (measured): 2.5 min end to end, 300 steps at ~4,800
+tokens/s, final eval loss 1.51 (perplexity 4.5, 2.18 bits per byte).
 """
 
 from tx.config import DataConfig, ModelConfig
