@@ -7,6 +7,7 @@
     tx sweep SWEEP --workdir DIR [--seeds N] [--only PATTERN] [--dry-run | --commands] [--set ...]
     tx compare DIR... [--metric NAME] [--baseline VARIANT] [--out DIR]
     tx convert --hf DIR --workdir OUT [--experiment NAME] [--set key=value ...]
+    tx bench [--only PATTERN ...] [--quick] [--no-peers] [--threads N] [--json FILE]
 
 Errors a user can cause (an unknown experiment or key, a bad value, a missing file, a
 workdir holding another run) exit with status 2 and one line naming the cause and the
@@ -21,7 +22,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-LATER = {'bench': 'issue: performance', 'plan': 'issue: performance'}
+LATER = {'plan': 'issue: performance'}
 
 
 class UserError(Exception):
@@ -83,9 +84,21 @@ def _parser() -> argparse.ArgumentParser:
                       'run name (default: tx defaults, name hf_<DIR name>)')
   v.add_argument('--set', nargs='+', action='extend', default=[], metavar='KEY=VALUE',
                  help='overrides (data.*, optim.*, train.*, decode.*, model.dropout, ...)')
+  _bench_parser(sub)
   for name, where in LATER.items():
     sub.add_parser(name, help=f'(coming: {where})')
   return p
+
+
+def _bench_parser(sub) -> None:
+  b = sub.add_parser('bench', help='throughput, MFU, compile time and memory vs PyTorch peers')
+  b.add_argument('--only', nargs='+', action='extend', default=None, metavar='PATTERN',
+                 help='only cases whose name contains a pattern (or matches a glob)')
+  b.add_argument('--quick', action='store_true', help='toy sizes: checks the machinery in ~2 min')
+  b.add_argument('--no-peers', action='store_true', help='tx only (no torch needed)')
+  b.add_argument('--threads', type=int, default=2, help='CPU threads of every measurement')
+  b.add_argument('--json', default='bench.json', metavar='FILE', help='where the results go')
+  b.add_argument('--quiet', action='store_true', help='no progress lines')
 
 
 def _sweep_parsers(sub) -> None:
@@ -164,6 +177,11 @@ def cmd_generate(args) -> int:
   return run_generate(args)
 
 
+def cmd_bench(args) -> int:
+  from tx.bench.suite import cli  # pylint: disable=g-import-not-at-top
+  return cli(args)
+
+
 def cmd_convert(args) -> int:
   from tx.interop.convert import cli  # pylint: disable=g-import-not-at-top
   return cli(args)
@@ -190,7 +208,8 @@ def main(argv=None) -> int:
   from tx.train.errors import CheckpointError, NonFiniteError  # pylint: disable=g-import-not-at-top
   errors += (DataError, CheckpointError)
   commands = {'list': cmd_list, 'train': cmd_train, 'eval': cmd_eval, 'generate': cmd_generate,
-              'sweep': cmd_sweep, 'compare': cmd_compare, 'convert': cmd_convert}
+              'sweep': cmd_sweep, 'compare': cmd_compare, 'convert': cmd_convert,
+              'bench': cmd_bench}
   from tx.train.preemption import Preempted  # pylint: disable=g-import-not-at-top
   try:
     return commands[args.command](args)

@@ -1,0 +1,80 @@
+"""The cases of `tx bench`: one model shape per case, measured by tx and by its PyTorch peer.
+
+A case is a spec (tx/bench/tx_side.py lists the keys) and the kinds measured on it:
+'train' (tx_side.train vs the peer's train step), 'decode' (greedy decoding per batch size),
+'compile' (compile seconds of the train step). `SUITE` is the full run; `QUICK` the same
+structure at toy sizes (seconds; what the tests run).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+PEER_TRAIN = {'decoder': 'gpt2_train', 'encoder': 'bert_train',
+              'encoder_decoder': 'seq2seq_train'}
+PEER_DECODE = {'decoder': 'gpt2_generate', 'encoder_decoder': 'seq2seq_decode'}
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+  """One model shape and what to measure on it."""
+  name: str
+  spec: dict
+  kinds: tuple[str, ...] = ('train',)
+  decode_batches: tuple[int, ...] = ()
+  peer: bool = True  # also measure the PyTorch peer
+  note: str = ''
+
+
+def _gpt(layers, heads, d, ctx, batch, **kw):
+  return dict(family='decoder', layers=layers, heads=heads, d_model=d, d_ff=4 * d, vocab=65,
+              ctx=ctx, batch=batch, **kw)
+
+
+def _bert(layers, heads, d, ctx, batch, **kw):
+  return dict(family='encoder', layers=layers, heads=heads, d_model=d, d_ff=4 * d, vocab=512,
+              ctx=ctx, batch=batch, **kw)
+
+
+def _s2s(layers, heads, d, length, batch, vocab, **kw):
+  return dict(family='encoder_decoder', enc_layers=layers, dec_layers=layers, heads=heads,
+              d_model=d, d_ff=4 * d, vocab=vocab, src_len=length, tgt_len=length, batch=batch,
+              **kw)
+
+
+_DECODE = dict(prompt_len=16, new=256, repeats=3)
+_S2S_DECODE = dict(new=32, repeats=3)
+
+SUITE = (
+    Case('gpt_baby', _gpt(4, 4, 128, 64, 12, steps=20, warmup=3),
+         note="nanoGPT's CPU baby GPT"),
+    Case('gpt_6l', _gpt(6, 6, 384, 256, 64, steps=3, warmup=1, **_DECODE),
+         kinds=('train', 'decode'), decode_batches=(1, 8),
+         note="nanoGPT's GPU shakespeare_char shape"),
+    Case('gpt_6l_bf16', _gpt(6, 6, 384, 256, 64, steps=3, warmup=1, dtype='bfloat16'),
+         peer=False, note='bf16 compute, fp32 params; MFU against the bf16 ceiling'),
+    Case('bert_mini', _bert(4, 4, 128, 128, 16, steps=10, warmup=2)),
+    Case('bert_6l', _bert(6, 6, 384, 256, 16, steps=3, warmup=1)),
+    Case('seq2seq_small', _s2s(2, 4, 128, 32, 32, 1000, steps=10, warmup=2, **_S2S_DECODE),
+         kinds=('train', 'decode'), decode_batches=(8,)),
+    Case('seq2seq_base', _s2s(3, 8, 256, 32, 64, 8000, steps=5, warmup=1, **_S2S_DECODE),
+         kinds=('train', 'decode'), decode_batches=(1, 32),
+         note='the Multi30k model shape (3+3, d 256, joint 8k vocabulary)'),
+    Case('compile_2l', _gpt(2, 6, 384, 256, 8, scan=True), kinds=('compile',), peer=False),
+    Case('compile_24l', _gpt(24, 6, 384, 256, 8, scan=True), kinds=('compile',), peer=False),
+    Case('compile_24l_unscanned', _gpt(24, 6, 384, 256, 8), kinds=('compile',), peer=False,
+         note='for contrast: 24 layers unrolled'),
+)
+
+_TINY = dict(steps=2, warmup=1)
+QUICK = (
+    Case('gpt_baby', _gpt(2, 2, 32, 16, 4, **_TINY)),
+    Case('gpt_6l', _gpt(2, 2, 32, 16, 4, prompt_len=4, new=8, repeats=2, **_TINY),
+         kinds=('train', 'decode'), decode_batches=(1, 2)),
+    Case('gpt_6l_bf16', _gpt(2, 2, 32, 16, 4, dtype='bfloat16', **_TINY), peer=False),
+    Case('bert_mini', _bert(2, 2, 32, 16, 4, **_TINY)),
+    Case('seq2seq_small', _s2s(1, 2, 32, 8, 4, 64, new=4, repeats=2, **_TINY),
+         kinds=('train', 'decode'), decode_batches=(2,)),
+    Case('compile_2l', _gpt(2, 2, 32, 16, 2, scan=True), kinds=('compile',), peer=False),
+    Case('compile_24l', _gpt(24, 2, 32, 16, 2, scan=True), kinds=('compile',), peer=False),
+)

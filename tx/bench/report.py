@@ -1,0 +1,110 @@
+"""The table and the targets of a `tx bench` run (from its JSON document)."""
+
+from __future__ import annotations
+
+GB = 1e9
+
+# (name, case, metric of `rows`, 'min' | 'max' bound on the value, bound) — issue 9's targets.
+TARGETS = (
+    ('decoder train tokens/s >= 1.5x peer (baby)', 'gpt_baby', 'train tokens/s', 'min', 1.5),
+    ('decoder train tokens/s >= 1.5x peer (6L)', 'gpt_6l', 'train tokens/s', 'min', 1.5),
+    ('train peak memory <= 0.6x peer (6L)', 'gpt_6l', 'train peak RSS GB', 'max', 0.6),
+    ('cached decode >= 2x generate (batch 1)', 'gpt_6l', 'decode b1 tokens/s', 'min', 2.0),
+    ('cached decode >= 2x generate (batch 8)', 'gpt_6l', 'decode b8 tokens/s', 'min', 2.0),
+    ('24-layer scanned compile <= 1.3x 2-layer', 'compile_24l', 'compile s / 2-layer', 'max', 1.3),
+    ('MFU of the 6-layer model >= 55% (float32)', 'gpt_6l', 'train MFU', 'min', 0.55),
+)
+
+
+def _ratio(a, b):
+  return a / b if a is not None and b else None
+
+
+def _mfu(train: dict | None, spec: dict, ceiling: dict):
+  if not train:
+    return None
+  return train['flops_per_step'] / train['step_time_s'] / ceiling[spec.get('dtype', 'float32')]
+
+
+def rows(doc: dict) -> list[dict]:
+  """One row per (case, metric): tx value, peer value, tx / peer."""
+  out = []
+  ceiling = doc['ceiling']
+  compile_2l = doc['cases'].get('compile_2l', {}).get('tx_compile', {}).get('compile_s')
+
+  def add(case, metric, tx, peer=None, ratio='auto'):
+    r = _ratio(tx, peer) if ratio == 'auto' else ratio
+    out.append({'case': case, 'metric': metric, 'tx': tx, 'peer': peer, 'ratio': r})
+
+  for name, c in doc['cases'].items():
+    if 'error' in c:
+      continue
+    spec = c['spec']
+    txt, peer = c.get('tx_train'), c.get('peer_train')
+    if txt:
+      add(name, 'train tokens/s', txt['tokens_per_s'], peer and peer['tokens_per_s'])
+      add(name, 'train step s', txt['step_time_s'], peer and peer['step_time_s'])
+      # MFU: the ratio is the value itself (tx), the peer's MFU is shown beside it.
+      add(name, 'train MFU', _mfu(txt, spec, ceiling), peer and _mfu(
+          dict(peer, flops_per_step=txt['flops_per_step']), spec, ceiling), ratio=None)
+      add(name, 'train peak RSS GB', txt['peak_rss_bytes'] / GB,
+          peer and peer['peak_rss_bytes'] / GB)
+      add(name, 'compile / first step s', txt['compile_s'], peer and peer['first_step_s'],
+          ratio=None)
+    for key in sorted(k for k in c if k.startswith('tx_decode_b')):
+      batch = key[len('tx_decode_b'):]
+      p = c.get(f'peer_decode_b{batch}')
+      add(name, f'decode b{batch} tokens/s', c[key]['new_tokens_per_s'],
+          p and p['new_tokens_per_s'])
+    if 'tx_compile' in c:
+      seconds = c['tx_compile']['compile_s']
+      add(name, 'compile s', seconds, None, ratio=None)
+      if name != 'compile_2l' and compile_2l:
+        add(name, 'compile s / 2-layer', seconds / compile_2l, None, ratio=None)
+  return out
+
+
+def targets(doc: dict) -> list[dict]:
+  """Each target with the measured value (tx / peer, or the value itself) and met or not
+  (None when the suite did not measure it)."""
+  by = {(r['case'], r['metric']): r for r in doc['rows']}
+  out = []
+  for label, case, metric, kind, bound in TARGETS:
+    r = by.get((case, metric))
+    value = None if r is None else (r['ratio'] if r['ratio'] is not None else r['tx'])
+    met = None if value is None else (value >= bound if kind == 'min' else value <= bound)
+    out.append({'target': label, 'value': value, 'bound': bound, 'kind': kind, 'met': met})
+  return out
+
+
+def _fmt(x) -> str:
+  if x is None:
+    return '-'
+  if abs(x) >= 100:
+    return f'{x:,.0f}'
+  return f'{x:.3g}' if abs(x) < 10 else f'{x:.1f}'
+
+
+def table(doc: dict) -> str:
+  """The human-readable report: machine, ceilings, one line per row, then the targets."""
+  m, c = doc['machine'], doc['ceiling']
+  lines = [f'tx bench: {m["processor"] or m["platform"]}, {m["cpu_count"]} CPUs, '
+           f'{m["threads"]} threads, jax {m["jax"]}' + (f', torch {m["torch"]}' if 'torch' in m
+                                                        else ''),
+           f'matmul ceiling: {c["float32"] / 1e9:.1f} GFLOP/s float32, '
+           f'{c["bfloat16"] / 1e9:.1f} GFLOP/s bf16 (max of start / end medians)', '']
+  header = f'{"case":<22} {"metric":<24} {"tx":>10} {"peer":>10} {"tx/peer":>8}'
+  lines += [header, '-' * len(header)]
+  for r in doc['rows']:
+    ratio = '-' if r['ratio'] is None else f'{r["ratio"]:.2f}x'
+    lines.append(f'{r["case"]:<22} {r["metric"]:<24} {_fmt(r["tx"]):>10} '
+                 f'{_fmt(r["peer"]):>10} {ratio:>8}')
+  for name, case in doc['cases'].items():
+    if 'error' in case:
+      lines.append(f'{name:<22} FAILED: {case["error"]}')
+  lines += ['', 'targets:']
+  for t in doc['targets']:
+    status = {True: 'met', False: 'MISSED', None: 'not measured'}[t['met']]
+    sign = '>=' if t['kind'] == 'min' else '<='
+    lines.append(f'  {status:<12} {t["target"]}: {_fmt(t["value"])} ({sign} {t["bound"]})')
+  return '\n'.join(lines)

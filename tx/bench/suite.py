@@ -1,0 +1,140 @@
+"""`tx bench`: runs the cases of tx/bench/cases.py, prints a table, writes JSON.
+
+    tx bench                         # the full suite (~10 min on 2 CPU cores)
+    tx bench --only gpt_6l compile   # cases whose name contains a pattern
+    tx bench --quick --json q.json   # toy sizes, seconds: checks the machinery
+    tx bench --no-peers              # tx only (no torch needed)
+
+Every measurement runs in its own process pinned to `--threads` threads (tx and the peer
+alike), one after the other, so ratios are taken side by side on the same machine state.
+The float32 and bf16 matmul ceilings are measured at the start and at the end; MFU divides
+model FLOPs per second (tx/train/flops.py: 6·N·tokens + attention; the peer's by the same
+formula for the same architecture) by the larger of the two medians.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+import platform
+import sys
+import time
+
+from tx.bench import cases as cases_lib
+from tx.bench.worker import BenchError, run_isolated
+
+TX = 'tx.bench.tx_side'
+PEERS = 'tx.bench.torch_peers'
+
+
+def _matches(name: str, patterns) -> bool:
+  return not patterns or any(p in name or fnmatch.fnmatch(name, p) for p in patterns)
+
+
+def select(quick: bool, only=None) -> tuple[cases_lib.Case, ...]:
+  """The cases to run; an `only` pattern that matches nothing is an error."""
+  pool = cases_lib.QUICK if quick else cases_lib.SUITE
+  chosen = tuple(c for c in pool if _matches(c.name, only))
+  if not chosen:
+    names = ', '.join(c.name for c in pool)
+    raise ValueError(f'--only {" ".join(only)} matches no case; cases: {names}')
+  return chosen
+
+
+def torch_available() -> bool:
+  try:
+    import torch  # pylint: disable=g-import-not-at-top,unused-import
+    import transformers  # pylint: disable=g-import-not-at-top,unused-import
+  except ImportError:
+    return False
+  return True
+
+
+def _measure_case(case, *, peers: bool, threads: int, say) -> dict:
+  out = {'spec': case.spec, 'note': case.note}
+  spec = case.spec
+  family = spec['family']
+  if 'compile' in case.kinds:
+    out['tx_compile'] = run_isolated(f'{TX}:compile_time', spec, threads=threads)
+    say(f'{case.name}: compiled in {out["tx_compile"]["compile_s"]:.1f}s')
+  if 'train' in case.kinds:
+    out['tx_train'] = run_isolated(f'{TX}:train', spec, threads=threads)
+    say(f'{case.name}: tx {out["tx_train"]["tokens_per_s"]:,.0f} tokens/s')
+    if peers and case.peer:
+      out['peer_train'] = run_isolated(f'{PEERS}:{cases_lib.PEER_TRAIN[family]}', spec,
+                                       threads=threads)
+      say(f'{case.name}: peer {out["peer_train"]["tokens_per_s"]:,.0f} tokens/s')
+  for batch in case.decode_batches:
+    dspec = dict(spec, batch=batch)
+    out[f'tx_decode_b{batch}'] = r = run_isolated(f'{TX}:decode', dspec, threads=threads)
+    say(f'{case.name}: tx decode batch {batch}: {r["new_tokens_per_s"]:,.0f} tokens/s')
+    if peers and case.peer:
+      out[f'peer_decode_b{batch}'] = r = run_isolated(
+          f'{PEERS}:{cases_lib.PEER_DECODE[family]}', dspec, threads=threads)
+      say(f'{case.name}: peer decode batch {batch}: {r["new_tokens_per_s"]:,.0f} tokens/s')
+  return out
+
+
+def run(cases, *, peers: bool = True, threads: int = 2, say=print, ceiling_n: int = 2048) -> dict:
+  """Measures every case; returns the JSON document (machine, ceilings, cases, targets)."""
+  from tx.bench import report  # pylint: disable=g-import-not-at-top
+  start = time.time()
+  ceiling_spec = {'n': ceiling_n, 'repeats': 10}
+  ceilings = [run_isolated(f'{TX}:ceiling', ceiling_spec, threads=threads)]
+  say(f'matmul ceiling: {ceilings[0]["float32_flops"] / 1e9:.1f} GFLOP/s float32, '
+      f'{ceilings[0]["bfloat16_flops"] / 1e9:.1f} bf16')
+  results = {}
+  for case in cases:
+    try:
+      results[case.name] = _measure_case(case, peers=peers, threads=threads, say=say)
+    except BenchError as e:
+      say(f'{case.name}: FAILED: {e}')
+      results[case.name] = {'spec': case.spec, 'error': str(e)}
+  ceilings.append(run_isolated(f'{TX}:ceiling', ceiling_spec, threads=threads))
+  ceiling = {d: max(c[f'{d}_flops'] for c in ceilings) for d in ('float32', 'bfloat16')}
+  doc = {'machine': machine(threads), 'ceilings': ceilings, 'ceiling': ceiling,
+         'cases': results, 'wall_s': time.time() - start}
+  doc['rows'] = report.rows(doc)
+  doc['targets'] = report.targets(doc)
+  return doc
+
+
+def machine(threads: int) -> dict:
+  import jax  # pylint: disable=g-import-not-at-top
+  info = {'platform': platform.platform(), 'processor': platform.processor(),
+          'cpu_count': os.cpu_count(), 'threads': threads, 'python': sys.version.split()[0],
+          'jax': jax.__version__, 'device': str(jax.devices()[0].device_kind)}
+  try:
+    import torch  # pylint: disable=g-import-not-at-top
+    info['torch'] = torch.__version__
+  except ImportError:
+    pass
+  return info
+
+
+def cli(args) -> int:
+  """`tx bench` (arguments parsed in tx/cli.py)."""
+  from tx.bench import report  # pylint: disable=g-import-not-at-top
+  from tx.cli import UserError  # pylint: disable=g-import-not-at-top
+  try:
+    chosen = select(args.quick, args.only)
+  except ValueError as e:
+    raise UserError(str(e)) from None
+  peers = not args.no_peers
+  if peers and not torch_available():
+    raise UserError('the PyTorch peers need torch and transformers: pip install -e '
+                    '".[interop]", or pass --no-peers')
+  if not os.path.isdir(os.path.dirname(os.path.abspath(args.json))):
+    raise UserError(f'--json {args.json}: its directory does not exist; create it or pass '
+                    'another path')
+  if args.threads < 1:
+    raise UserError(f'--threads must be >= 1, got {args.threads}')
+  say = (lambda *a, **k: None) if args.quiet else (lambda m: print(m, file=sys.stderr, flush=True))
+  doc = run(chosen, peers=peers, threads=args.threads, say=say,
+            ceiling_n=512 if args.quick else 2048)
+  print(report.table(doc))
+  with open(args.json, 'w', encoding='utf-8') as f:
+    json.dump(doc, f, indent=1)
+  print(f'wrote {args.json}')
+  return 0

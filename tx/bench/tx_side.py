@@ -1,0 +1,229 @@
+"""The tx measurements of `tx bench`: one function per kind, each `spec: dict -> dict`.
+
+Each runs in its own process (tx/bench/worker.py), so its peak RSS is its own. The models
+copy their PyTorch peers' architecture (tx/bench/torch_peers.py), so a ratio compares
+implementations, not architectures:
+
+  decoder          GPT-2: learned positions, pre-LayerNorm (eps 1e-5), gelu_tanh, biases,
+                   tied head; causal LM loss; AdamW (lr 1e-3, b2 0.99, wd 0.1), clip 1.0.
+  encoder          BERT MLM: learned positions, post-LayerNorm, embedding LayerNorm, exact
+                   GELU, biases, tied decoder; 15% of positions carry the loss; AdamW.
+  encoder_decoder  torch.nn.Transformer: post-LayerNorm, ReLU, sinusoidal positions,
+                   embeddings x sqrt(d), separate source / target tables, output tied to the
+                   target table; label smoothing 0.1; Adam (0.9, 0.98, 1e-9).
+
+Spec keys: family, layers (enc_layers, dec_layers), heads, d_model, d_ff, vocab, ctx
+(src_len, tgt_len), batch, steps, warmup, dtype ('float32' | 'bfloat16'), scan, remat;
+decoding: prompt_len, new, repeats.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from tx.config import DataConfig, ModelConfig
+from tx.config.experiment import ExperimentConfig
+from tx.config.optim import OptimConfig
+from tx.config.train import TaskConfig
+from tx.models.build import build_model
+from tx.tasks.objectives import make_task
+from tx.train.flops import flops_per_step
+from tx.train.mesh import batch_sharding, logical_rules, make_mesh
+from tx.train.optimizer import make_optimizer
+from tx.train.state import init_state, state_shardings
+from tx.train.step import jit_train_step, make_train_step
+
+_ARCH = {
+    'decoder': dict(position='learned', norm='layernorm', norm_position='pre', ffn='gelu_tanh',
+                    norm_eps=1e-5, use_bias=True, tie_embeddings=True),
+    'encoder': dict(position='learned', norm='layernorm', norm_position='post', ffn='gelu',
+                    norm_eps=1e-12, use_bias=True, tie_embeddings=True, embed_norm=True),
+    'encoder_decoder': dict(position='sinusoidal', norm='layernorm', norm_position='post',
+                            ffn='relu', norm_eps=1e-5, use_bias=True, tie_embeddings=True,
+                            share_embeddings=False, scale_embeddings=True),
+}
+_OPTIM = {
+    'decoder': OptimConfig(name='adamw', learning_rate=1e-3, b2=0.99, weight_decay=0.1,
+                           schedule='constant', clip_norm=1.0),
+    'encoder': OptimConfig(name='adamw', learning_rate=1e-4, weight_decay=0.01,
+                           schedule='constant', clip_norm=1.0),
+    'encoder_decoder': OptimConfig(name='adam', learning_rate=1e-4, b1=0.9, b2=0.98, eps=1e-9,
+                                   schedule='constant', clip_norm=None),
+}
+
+
+def model_config(spec: dict) -> ModelConfig:
+  """The tx ModelConfig of a bench spec (the peer's architecture, see the module doc)."""
+  family = spec['family']
+  lengths = (spec['src_len'], spec['tgt_len']) if family == 'encoder_decoder' else (spec['ctx'],)
+  layers = ({'num_encoder_layers': spec['enc_layers'], 'num_decoder_layers': spec['dec_layers']}
+            if family == 'encoder_decoder' else {'num_layers': spec['layers']})
+  return ModelConfig(family=family, vocab_size=spec['vocab'], d_model=spec['d_model'],
+                     num_heads=spec['heads'], d_ff=spec['d_ff'],
+                     max_len=max(spec.get('max_len', 0), *lengths),
+                     dtype=spec.get('dtype', 'float32'), scan_layers=spec.get('scan', False),
+                     remat=spec.get('remat', 'none'), **layers, **_ARCH[family])
+
+
+def experiment(spec: dict) -> ExperimentConfig:
+  family = spec['family']
+  task = TaskConfig(label_smoothing=0.1) if family == 'encoder_decoder' else TaskConfig()
+  data = ({'dataset': 'multi30k', 'seq_len': spec['src_len'], 'target_len': spec['tgt_len']}
+          if family == 'encoder_decoder' else {'seq_len': spec['ctx']})
+  return ExperimentConfig(name='bench', model=model_config(spec), data=DataConfig(**data),
+                          optim=_OPTIM[family], task=task)
+
+
+def synthetic_batch(spec: dict, task_name: str, seed: int = 0) -> dict[str, np.ndarray]:
+  """Random tokens in the task's batch layout (ids >= 3: no PAD/BOS/EOS), all weights 1
+  except MLM, whose loss covers a random 15% of positions."""
+  rng = np.random.default_rng(seed)
+  tokens = lambda length: rng.integers(3, spec['vocab'], (spec['batch'], length), dtype=np.int32)
+  if task_name == 'seq2seq':
+    tgt = tokens(spec['tgt_len'] + 1)
+    return {'src': tokens(spec['src_len']), 'tgt_inputs': tgt[:, :-1], 'targets': tgt[:, 1:],
+            'weights': np.ones(tgt[:, 1:].shape, np.float32)}
+  seq = tokens(spec['ctx'] + 1)
+  if task_name == 'mlm':
+    weights = (rng.random(seq[:, 1:].shape) < 0.15).astype(np.float32)
+    return {'inputs': seq[:, 1:], 'targets': seq[:, 1:], 'weights': weights}
+  return {'inputs': seq[:, :-1], 'targets': seq[:, 1:],
+          'weights': np.ones(seq[:, 1:].shape, np.float32)}
+
+
+def _timed(fn, n: int) -> list[float]:
+  times = []
+  for _ in range(n):
+    start = time.perf_counter()
+    jax.block_until_ready(fn())
+    times.append(time.perf_counter() - start)
+  return times
+
+
+def _memory(compiled) -> dict[str, float]:
+  """XLA's own estimate for the compiled step (bytes); empty where the backend has none."""
+  try:
+    m = compiled.memory_analysis()
+  except Exception:  # pylint: disable=broad-except
+    return {}
+  if m is None:
+    return {}
+  return {'xla_argument_bytes': float(m.argument_size_in_bytes),
+          'xla_temp_bytes': float(m.temp_size_in_bytes),
+          'xla_output_bytes': float(m.output_size_in_bytes),
+          'xla_alias_bytes': float(m.alias_size_in_bytes)}
+
+
+def compiled_train_step(spec: dict):
+  """(compiled step, initial state, device batch, cfg, task, compile seconds)."""
+  cfg = experiment(spec)
+  task = make_task(cfg)
+  mesh = make_mesh(cfg.mesh)
+  rules = logical_rules(cfg.mesh)
+  model = build_model(cfg.model)
+  optimizer, _ = make_optimizer(cfg.optim, total_steps=1000, d_model=cfg.model.d_model)
+  with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
+    abstract, shardings = state_shardings(model, optimizer, cfg.model, mesh, rules)
+    step = jit_train_step(make_train_step(model, task, optimizer, dropout=False), shardings,
+                          batch_sharding(mesh))
+    batch = jax.device_put(synthetic_batch(spec, task.name), batch_sharding(mesh))
+    start = time.perf_counter()
+    compiled = step.lower(abstract, batch).compile()
+    compile_s = time.perf_counter() - start
+    state = init_state(model, optimizer, cfg.model, shardings, seed=0)
+  return compiled, state, batch, cfg, task, compile_s
+
+
+def train(spec: dict) -> dict:
+  """Train-step throughput: compile time, then `warmup` untimed and `steps` timed steps.
+
+  tokens/s counts the tokens the loss is taken on per step (decoder: batch x ctx; seq2seq:
+  batch x tgt_len) except MLM, which counts every input token (batch x ctx) as the peer does.
+  """
+  compiled, state, batch, cfg, task, compile_s = compiled_train_step(spec)
+  holder = {'state': state}
+
+  def one():
+    holder['state'], metrics = compiled(holder['state'], batch)
+    return metrics
+
+  first = _timed(one, 1)[0]
+  _timed(one, max(spec['warmup'] - 1, 0))
+  times = _timed(one, spec['steps'])
+  metrics = jax.device_get(one())
+  median = statistics.median(times)
+  tokens = spec['batch'] * (spec['tgt_len'] if task.name == 'seq2seq' else spec['ctx'])
+  length = spec['src_len'] if task.name == 'seq2seq' else spec['ctx']
+  params = nn.unbox(holder['state'].params)
+  flops = flops_per_step(cfg.model, params, batch=spec['batch'], length=length,
+                         target_length=spec.get('tgt_len'))
+  return dict(compile_s=compile_s, first_step_s=first, step_time_s=median,
+              step_time_min_s=min(times), tokens_per_s=tokens / median,
+              flops_per_step=flops, model_flops_per_s=flops / median,
+              params=float(sum(x.size for x in jax.tree_util.tree_leaves(params))),
+              loss=float(metrics['loss_sum'] / max(float(metrics['weight_sum']), 1.0)),
+              **_memory(compiled))
+
+
+def compile_time(spec: dict) -> dict:
+  """Seconds to lower + compile the train step (no step is run; nothing is allocated)."""
+  cfg = experiment(spec)
+  task = make_task(cfg)
+  mesh = make_mesh(cfg.mesh)
+  rules = logical_rules(cfg.mesh)
+  model = build_model(cfg.model)
+  optimizer, _ = make_optimizer(cfg.optim, total_steps=1000, d_model=cfg.model.d_model)
+  with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
+    abstract, shardings = state_shardings(model, optimizer, cfg.model, mesh, rules)
+    step = jit_train_step(make_train_step(model, task, optimizer, dropout=False), shardings,
+                          batch_sharding(mesh))
+    batch = {k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=batch_sharding(mesh))
+             for k, v in synthetic_batch(spec, task.name).items()}
+    start = time.perf_counter()
+    lowered = step.lower(abstract, batch)
+    lower_s = time.perf_counter() - start
+    lowered.compile()
+  total = time.perf_counter() - start
+  return dict(compile_s=total, lower_s=lower_s, xla_compile_s=total - lower_s)
+
+
+def decode(spec: dict) -> dict:
+  """Greedy cached decoding of exactly `new` tokens after a `prompt_len` prompt (decoder) or
+  from a `src_len` source (encoder-decoder); best and median of `repeats` timed calls."""
+  from tx.decode.generate import generate_lm, generate_seq2seq  # pylint: disable=g-import-not-at-top
+  cfg = model_config(dict(spec, max_len=spec.get('prompt_len', 0) + spec['new'] + 1))
+  model = build_model(cfg)
+  rng = np.random.default_rng(spec['batch'])
+  prompt_len = spec['src_len'] if cfg.family == 'encoder_decoder' else spec['prompt_len']
+  prompt = jnp.asarray(rng.integers(3, spec['vocab'], (spec['batch'], prompt_len)), jnp.int32)
+  inputs = (prompt, prompt[:, :1]) if cfg.family == 'encoder_decoder' else (prompt,)
+  params = nn.unbox(jax.jit(model.init)(jax.random.key(0), *inputs)['params'])
+  fn = generate_seq2seq if cfg.family == 'encoder_decoder' else generate_lm
+  call = lambda: fn(cfg, params, prompt, jax.random.key(0), max_new=spec['new'], eos_id=-1)
+  first = _timed(call, 1)[0]
+  out = np.asarray(call())
+  times = _timed(call, spec['repeats'])
+  tokens = spec['batch'] * spec['new']
+  return dict(first_call_s=first, time_s=min(times), new_tokens_per_s=tokens / min(times),
+              new_tokens_per_s_median=tokens / statistics.median(times),
+              generated_tokens=float(out.shape[1]))
+
+
+def ceiling(spec: dict) -> dict:
+  """Achieved FLOP/s of a jitted n^3 matmul per dtype: the median of `repeats` timed calls
+  (the best is reported too). Inputs in the dtype, float32 accumulation."""
+  n, out = spec.get('n', 2048), {}
+  for dtype in spec.get('dtypes', ('float32', 'bfloat16')):
+    a = jnp.asarray(np.random.default_rng(0).standard_normal((n, n)), dtype)
+    f = jax.jit(lambda x, y: jnp.dot(x, y, preferred_element_type=jnp.float32))
+    f(a, a).block_until_ready()
+    times = _timed(lambda: f(a, a), spec.get('repeats', 10))
+    out[f'{dtype}_flops'] = 2 * n ** 3 / statistics.median(times)
+    out[f'{dtype}_flops_best'] = 2 * n ** 3 / min(times)
+  return out

@@ -1,0 +1,68 @@
+"""Runs one measurement in a fresh process and prints its result as the last stdout line.
+
+    python -m tx.bench.worker tx.bench.tx_side:train '{"family": "decoder", ...}'
+
+The result dict gets `peak_rss_bytes` (the process's high-water resident set, so the
+framework, the model, the optimizer state and the step's activations all count) and
+`threads`. `run_isolated` is the parent side: it starts the worker with the thread count
+pinned (XLA's CPU client and torch both read it) and returns the dict.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import resource
+import subprocess
+import sys
+
+MARK = 'TX_BENCH_RESULT '
+
+
+class BenchError(RuntimeError):
+  """A measurement process failed; the message holds the tail of its output."""
+
+
+def thread_env(threads: int) -> dict[str, str]:
+  """Environment pinning both frameworks to `threads` CPU threads (one simulated device)."""
+  env = dict(os.environ)
+  flags = [f for f in env.get('XLA_FLAGS', '').split()
+           if not f.startswith('--xla_force_host_platform_device_count')]
+  env.update(XLA_FLAGS=' '.join(flags), JAX_PLATFORMS=env.get('JAX_PLATFORMS', '') or 'cpu',
+             OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
+             TX_BENCH_THREADS=str(threads), TF_CPP_MIN_LOG_LEVEL='3')
+  return env
+
+
+def run_isolated(target: str, spec: dict, *, threads: int, timeout: float = 1800) -> dict:
+  """Result dict of `target` ('module:function') run on `spec` in a new process."""
+  spec = dict(spec, threads=threads)
+  cmd = [sys.executable, '-m', 'tx.bench.worker', target, json.dumps(spec)]
+  try:
+    proc = subprocess.run(cmd, env=thread_env(threads), capture_output=True, text=True,
+                          timeout=timeout, check=False)
+  except subprocess.TimeoutExpired:
+    raise BenchError(f'{target} timed out after {timeout:.0f}s') from None
+  lines = [l for l in proc.stdout.splitlines() if l.startswith(MARK)]
+  if proc.returncode or not lines:
+    tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+    raise BenchError(f'{target} failed (exit {proc.returncode}): {" | ".join(tail)}')
+  return json.loads(lines[-1][len(MARK):])
+
+
+def main(argv: list[str]) -> int:
+  target, spec = argv[0], json.loads(argv[1])
+  module, name = target.split(':')
+  if 'torch' in module:
+    import torch  # pylint: disable=g-import-not-at-top
+    torch.set_num_threads(int(spec['threads']))
+  result = getattr(importlib.import_module(module), name)(spec)
+  result['peak_rss_bytes'] = float(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+  result['threads'] = float(spec['threads'])
+  print(MARK + json.dumps(result), flush=True)
+  return 0
+
+
+if __name__ == '__main__':
+  sys.exit(main(sys.argv[1:]))
