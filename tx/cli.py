@@ -8,6 +8,7 @@
     tx compare DIR... [--metric NAME] [--baseline VARIANT] [--out DIR]
     tx convert --hf DIR --workdir OUT [--experiment NAME] [--set key=value ...]
     tx bench [--only PATTERN ...] [--quick] [--no-peers] [--threads N] [--json FILE]
+    tx plan EXPERIMENT --mesh data=D,fsdp=F,tensor=T [--set ...] [--device-memory 80GB] [--json FILE]
 
 Errors a user can cause (an unknown experiment or key, a bad value, a missing file, a
 workdir holding another run) exit with status 2 and one line naming the cause and the
@@ -22,7 +23,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-LATER = {'plan': 'issue: performance'}
+LATER: dict[str, str] = {}  # commands announced but not built yet: name -> where
 
 
 class UserError(Exception):
@@ -85,6 +86,7 @@ def _parser() -> argparse.ArgumentParser:
   v.add_argument('--set', nargs='+', action='extend', default=[], metavar='KEY=VALUE',
                  help='overrides (data.*, optim.*, train.*, decode.*, model.dropout, ...)')
   _bench_parser(sub)
+  _plan_parser(sub)
   for name, where in LATER.items():
     sub.add_parser(name, help=f'(coming: {where})')
   return p
@@ -99,6 +101,19 @@ def _bench_parser(sub) -> None:
   b.add_argument('--threads', type=int, default=2, help='CPU threads of every measurement')
   b.add_argument('--json', default='bench.json', metavar='FILE', help='where the results go')
   b.add_argument('--quiet', action='store_true', help='no progress lines')
+
+
+def _plan_parser(sub) -> None:
+  q = sub.add_parser('plan', help='per-device memory, FLOPs and compile time of a config on a '
+                                  'simulated mesh, compiled ahead of time (nothing allocated)')
+  q.add_argument('experiment')
+  q.add_argument('--mesh', required=True, metavar='data=D,fsdp=F,tensor=T',
+                 help='mesh sizes (replace mesh.*; a missing axis is 1), e.g. fsdp=8,tensor=2')
+  q.add_argument('--set', nargs='+', action='extend', default=[], metavar='KEY=VALUE',
+                 help='dotted overrides, e.g. --set train.batch_size=128 model.remat=full')
+  q.add_argument('--device-memory', default=None, metavar='SIZE',
+                 help='memory per device to check against, e.g. 80GB (powers of 1024)')
+  q.add_argument('--json', default=None, metavar='FILE', help='also write the plan here')
 
 
 def _sweep_parsers(sub) -> None:
@@ -182,6 +197,11 @@ def cmd_bench(args) -> int:
   return cli(args)
 
 
+def cmd_plan(args) -> int:
+  from tx.train.plan_cli import cli  # pylint: disable=g-import-not-at-top
+  return cli(args)
+
+
 def cmd_convert(args) -> int:
   from tx.interop.convert import cli  # pylint: disable=g-import-not-at-top
   return cli(args)
@@ -209,7 +229,7 @@ def main(argv=None) -> int:
   errors += (DataError, CheckpointError)
   commands = {'list': cmd_list, 'train': cmd_train, 'eval': cmd_eval, 'generate': cmd_generate,
               'sweep': cmd_sweep, 'compare': cmd_compare, 'convert': cmd_convert,
-              'bench': cmd_bench}
+              'bench': cmd_bench, 'plan': cmd_plan}
   from tx.train.preemption import Preempted  # pylint: disable=g-import-not-at-top
   try:
     return commands[args.command](args)
