@@ -120,9 +120,9 @@ def _memory(compiled) -> dict[str, float]:
           'xla_alias_bytes': float(m.alias_size_in_bytes)}
 
 
-def compiled_train_step(spec: dict):
-  """(compiled step, initial state, device batch, cfg, task, compile seconds)."""
-  cfg = experiment(spec)
+def _train_step(cfg: ExperimentConfig):
+  """(jitted step, abstract state, shardings, model, optimizer, task, mesh) as `tx train`
+  builds them (one device here: the mesh is 1 x 1 x 1)."""
   task = make_task(cfg)
   mesh = make_mesh(cfg.mesh)
   rules = logical_rules(cfg.mesh)
@@ -132,6 +132,23 @@ def compiled_train_step(spec: dict):
     abstract, shardings = state_shardings(model, optimizer, cfg.model, mesh, rules)
     step = jit_train_step(make_train_step(model, task, optimizer, dropout=False), shardings,
                           batch_sharding(mesh))
+  return step, abstract, shardings, model, optimizer, task, mesh
+
+
+def lowered_train_step(cfg: ExperimentConfig, spec: dict):
+  """The train step lowered for abstract inputs of the spec's batch (nothing allocated)."""
+  step, abstract, _, _, _, task, mesh = _train_step(cfg)
+  batch = {k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=batch_sharding(mesh))
+           for k, v in synthetic_batch(spec, task.name).items()}
+  with jax.set_mesh(mesh), nn.logical_axis_rules(logical_rules(cfg.mesh)):
+    return step.lower(abstract, batch)
+
+
+def compiled_train_step(spec: dict):
+  """(compiled step, initial state, device batch, cfg, task, compile seconds)."""
+  cfg = experiment(spec)
+  step, abstract, shardings, model, optimizer, task, mesh = _train_step(cfg)
+  with jax.set_mesh(mesh), nn.logical_axis_rules(logical_rules(cfg.mesh)):
     batch = jax.device_put(synthetic_batch(spec, task.name), batch_sharding(mesh))
     start = time.perf_counter()
     compiled = step.lower(abstract, batch).compile()
@@ -174,23 +191,13 @@ def train(spec: dict) -> dict:
 def compile_time(spec: dict) -> dict:
   """Seconds to lower + compile the train step (no step is run; nothing is allocated)."""
   cfg = experiment(spec)
-  task = make_task(cfg)
-  mesh = make_mesh(cfg.mesh)
-  rules = logical_rules(cfg.mesh)
-  model = build_model(cfg.model)
-  optimizer, _ = make_optimizer(cfg.optim, total_steps=1000, d_model=cfg.model.d_model)
-  with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
-    abstract, shardings = state_shardings(model, optimizer, cfg.model, mesh, rules)
-    step = jit_train_step(make_train_step(model, task, optimizer, dropout=False), shardings,
-                          batch_sharding(mesh))
-    batch = {k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=batch_sharding(mesh))
-             for k, v in synthetic_batch(spec, task.name).items()}
-    start = time.perf_counter()
-    lowered = step.lower(abstract, batch)
-    lower_s = time.perf_counter() - start
-    lowered.compile()
+  start = time.perf_counter()
+  lowered = lowered_train_step(cfg, spec)
+  lower_s = time.perf_counter() - start
+  lowered.compile()
   total = time.perf_counter() - start
-  return dict(compile_s=total, lower_s=lower_s, xla_compile_s=total - lower_s)
+  return dict(compile_s=total, lower_s=lower_s, xla_compile_s=total - lower_s,
+              hlo_chars=float(len(lowered.as_text())))
 
 
 def decode(spec: dict) -> dict:

@@ -1,0 +1,98 @@
+"""`tx bench`: the report's arithmetic, one real side-by-side run, scan keeps compiles flat."""
+
+import json
+
+import jax
+import pytest
+
+from tx import cli
+from tx.bench import cases, report, suite, tx_side
+
+
+def _doc(tx_tokens, peer_tokens, tx_rss, peer_rss, step_s=2.0, flops=100e9, ceiling=100e9):
+  train = lambda tokens, rss, s: {'tokens_per_s': tokens, 'step_time_s': s, 'peak_rss_bytes': rss,
+                                  'flops_per_step': flops, 'compile_s': 1.0, 'first_step_s': 1.0}
+  doc = {'ceiling': {'float32': ceiling, 'bfloat16': ceiling / 2}, 'cases': {
+      'gpt_6l': {'spec': {'family': 'decoder'}, 'tx_train': train(tx_tokens, tx_rss, step_s),
+                 'peer_train': train(peer_tokens, peer_rss, 2 * step_s),
+                 'tx_decode_b1': {'new_tokens_per_s': 300.0},
+                 'peer_decode_b1': {'new_tokens_per_s': 100.0}},
+      'compile_2l': {'spec': {}, 'tx_compile': {'compile_s': 10.0}},
+      'compile_24l': {'spec': {}, 'tx_compile': {'compile_s': 14.0}},
+      'broken': {'spec': {}, 'error': 'boom'}}}
+  doc['rows'] = report.rows(doc)
+  doc['targets'] = report.targets(doc)
+  return doc
+
+
+def test_report_ratios_mfu_and_targets():
+  doc = _doc(tx_tokens=2000.0, peer_tokens=1000.0, tx_rss=3e9, peer_rss=10e9)
+  by = {(r['case'], r['metric']): r for r in doc['rows']}
+  assert by['gpt_6l', 'train tokens/s']['ratio'] == pytest.approx(2.0)
+  assert by['gpt_6l', 'train peak RSS GB']['ratio'] == pytest.approx(0.3)
+  # 100 GFLOP per step in 2 s against a 100 GFLOP/s ceiling; the peer takes 4 s.
+  assert by['gpt_6l', 'train MFU']['tx'] == pytest.approx(0.5)
+  assert by['gpt_6l', 'train MFU']['peer'] == pytest.approx(0.25)
+  assert by['compile_24l', 'compile s / 2-layer']['tx'] == pytest.approx(1.4)
+  met = {t['target']: t['met'] for t in doc['targets']}
+  assert met['decoder train tokens/s >= 1.5x peer (6L)'] is True
+  assert met['train peak memory <= 0.6x peer (6L)'] is True
+  assert met['cached decode >= 2x generate (batch 1)'] is True
+  assert met['cached decode >= 2x generate (batch 8)'] is None  # not measured
+  assert met['24-layer scanned compile <= 1.3x 2-layer'] is False
+  assert met['MFU of the 6-layer model >= 55% (float32)'] is False
+  text = report.table(dict(doc, machine={'processor': 'cpu', 'platform': 'x', 'cpu_count': 2,
+                                         'threads': 2, 'jax': '0'}))
+  assert 'MISSED' in text and 'broken' in text and 'FAILED: boom' in text
+
+
+def test_report_flags_a_slower_tx():
+  doc = _doc(tx_tokens=1000.0, peer_tokens=1000.0, tx_rss=9e9, peer_rss=10e9)
+  met = {t['target']: t['met'] for t in doc['targets']}
+  assert met['decoder train tokens/s >= 1.5x peer (6L)'] is False
+  assert met['train peak memory <= 0.6x peer (6L)'] is False
+
+
+def test_side_by_side_run_measures_tx_and_the_peer():
+  """One tiny case through the real machinery: separate processes, ceilings, peer, ratios."""
+  peers = suite.torch_available()
+  spec = dict(cases.QUICK[1].spec)
+  case = cases.Case('gpt_6l', spec, kinds=('train', 'decode'), decode_batches=(1,))
+  doc = suite.run([case], peers=peers, ceiling_n=256, say=lambda m: None)
+  got = doc['cases']['gpt_6l']
+  assert 'error' not in got, got
+  assert got['tx_train']['tokens_per_s'] > 0 and got['tx_train']['peak_rss_bytes'] > 1e7
+  assert got['tx_decode_b1']['generated_tokens'] == spec['new']
+  assert len(doc['ceilings']) == 2 and doc['ceiling']['float32'] > 0
+  by = {(r['case'], r['metric']): r for r in doc['rows']}
+  mfu = by['gpt_6l', 'train MFU']['tx']
+  assert 0 < mfu < 1.5  # a ceiling far off the step's FLOP rate would show here
+  if peers:
+    assert got['peer_decode_b1']['generated_tokens'] == spec['new']
+    assert by['gpt_6l', 'train tokens/s']['ratio'] > 0
+  json.dumps(doc)  # the document is JSON
+
+
+@pytest.mark.parametrize('argv, says', [
+    (['bench', '--only', 'nosuch'], 'matches no case'),
+    (['bench', '--json', '/nonexistent/dir/x.json'], 'directory does not exist'),
+    (['bench', '--threads', '0'], '--threads must be >= 1'),
+])
+def test_bench_user_errors_are_one_line(argv, says, capsys):
+  assert cli.main(argv) == 2
+  err = capsys.readouterr().err.strip().splitlines()
+  assert len(err) == 1 and says in err[0]
+
+
+def _hlo_size(layers: int) -> int:
+  spec = dict(cases.QUICK[0].spec, layers=layers, scan=True, batch=2)
+  cfg = tx_side.experiment(spec)
+  lowered = tx_side.lowered_train_step(cfg, spec)
+  return len(lowered.as_text())
+
+
+def test_scanned_layers_keep_the_program_size_flat():
+  """What keeps a 24-layer compile near a 2-layer one: with model.scan_layers the lowered
+  program does not grow with depth (unrolled, 24 layers lower to ~10x the 2-layer text)."""
+  two, many = _hlo_size(2), _hlo_size(24)
+  assert many <= 1.05 * two, (two, many)
