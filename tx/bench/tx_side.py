@@ -33,7 +33,7 @@ from tx.config.optim import OptimConfig
 from tx.config.train import TaskConfig
 from tx.models.build import build_model
 from tx.tasks.objectives import make_task
-from tx.train.flops import flops_per_step
+from tx.train.flops import flops_per_step, matmul_rates
 from tx.train.mesh import batch_sharding, logical_rules, make_mesh
 from tx.train.optimizer import make_optimizer
 from tx.train.state import init_state, state_shardings
@@ -223,14 +223,11 @@ def decode(spec: dict) -> dict:
 
 
 def ceiling(spec: dict) -> dict:
-  """Achieved FLOP/s of a jitted n^3 matmul per dtype: the median of `repeats` timed calls
-  (the best is reported too). Inputs in the dtype, float32 accumulation."""
-  n, out = spec.get('n', 2048), {}
+  """Achieved FLOP/s of a jitted n^3 matmul per dtype (inputs in the dtype, float32
+  accumulation): the median of `repeats` timed calls, and the best."""
+  out = {}
   for dtype in spec.get('dtypes', ('float32', 'bfloat16')):
-    a = jnp.asarray(np.random.default_rng(0).standard_normal((n, n)), dtype)
-    f = jax.jit(lambda x, y: jnp.dot(x, y, preferred_element_type=jnp.float32))
-    f(a, a).block_until_ready()
-    times = _timed(lambda: f(a, a), spec.get('repeats', 10))
-    out[f'{dtype}_flops'] = 2 * n ** 3 / statistics.median(times)
-    out[f'{dtype}_flops_best'] = 2 * n ** 3 / min(times)
+    rates = matmul_rates(dtype, spec.get('n', 2048), spec.get('repeats', 10))
+    out[f'{dtype}_flops'] = statistics.median(rates)
+    out[f'{dtype}_flops_best'] = max(rates)
   return out

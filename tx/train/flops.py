@@ -20,6 +20,7 @@ import time
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from tx.config.model import ModelConfig
 
@@ -71,12 +72,18 @@ def measure_matmul_ceiling(dtype: str = 'float32', n: int = 2048, reps: int = 3)
 @functools.lru_cache(maxsize=None)
 def _measure(dtype: str, n: int, reps: int, platform: str, device_kind: str) -> float:
   del platform, device_kind  # cache keys only
-  a = jnp.ones((n, n), dtype)
+  return max(matmul_rates(dtype, n, reps))
+
+
+def matmul_rates(dtype: str = 'float32', n: int = 2048, reps: int = 3) -> list[float]:
+  """FLOP/s of each of `reps` timed calls of a jitted n x n x n matmul (inputs in `dtype`,
+  float32 accumulation), after one untimed call that compiles it."""
+  a = jnp.asarray(np.random.default_rng(0).standard_normal((n, n)), dtype)
   f = jax.jit(lambda x, y: jnp.dot(x, y, preferred_element_type=jnp.float32))
   f(a, a).block_until_ready()
-  best = float('inf')
+  rates = []
   for _ in range(reps):
     t = time.perf_counter()
     f(a, a).block_until_ready()
-    best = min(best, time.perf_counter() - t)
-  return 2 * n ** 3 / best
+    rates.append(2 * n ** 3 / (time.perf_counter() - t))
+  return rates
