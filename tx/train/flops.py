@@ -6,9 +6,10 @@ FLOPs of one training step (forward + backward = 3 x forward), counting matmuls 
   + 12 * layers * H * D_head * L_q * L_k     attention scores and weighted values
 
 N_matmul counts the parameters that multiply activations: everything except position
-tables (a gather), norms and biases; a tied embedding counts once, as the output
-projection. Per stack, tokens and attention lengths are that stack's own: an
-encoder-decoder adds encoder (S x S), decoder self (L x L) and cross (L x S) attention.
+tables and untied token tables (gathers), norms and biases; a tied embedding counts once,
+as the output projection; MoE experts count x top_k / num_experts. Per stack, tokens and
+attention lengths are that stack's own: an encoder-decoder adds encoder (S x S), decoder
+self (L x L) and cross (L x S) attention.
 This is the PaLM / nanoGPT convention: model FLOPs, not hardware FLOPs (remat recompute is
 not counted), and masked attention positions are counted as computed.
 """
@@ -25,26 +26,38 @@ import numpy as np
 from tx.config.model import ModelConfig
 
 
-def _matmul_params(params) -> dict[str, int]:
-  """Matmul parameter counts per top-level tower ('encoder', 'decoder', heads, embeddings)."""
-  counts: dict[str, int] = {}
+_MOE_WEIGHTS = ('wi', 'wi_0', 'wi_1', 'wo')
+
+
+def _matmul_params(params, moe_fraction: float = 1.0) -> dict[str, float]:
+  """Matmul parameter counts per top-level tower ('encoder', 'decoder', heads, embeddings).
+
+  Only weights that multiply activations count: `kernel`s, token `embedding` tables and
+  MoE expert weights (x top_k / num_experts: each token visits top_k experts). Biases and
+  norm scales never count, also when scanned layers stack them into 2-D arrays.
+  """
+  counts: dict[str, float] = {}
   for path, leaf in jax.tree_util.tree_leaves_with_path(params):
     keys = [getattr(k, 'key', str(k)) for k in path]
     name = keys[-1]
-    if leaf.ndim < 2 or 'position_embedding' in keys or name == 'token_type_embedding':
+    if name == 'kernel' or (name == 'embedding' and 'position_embedding' not in keys):
+      size = float(leaf.size)
+    elif name in _MOE_WEIGHTS and len(keys) > 1 and keys[-2] == 'moe':
+      size = leaf.size * moe_fraction
+    else:
       continue
-    if name in ('rel_embedding',):
-      continue
-    counts[keys[0]] = counts.get(keys[0], 0) + int(leaf.size)
+    counts[keys[0]] = counts.get(keys[0], 0) + size
   return counts
 
 
 def flops_per_step(cfg: ModelConfig, params, *, batch: int, length: int,
                    target_length: int | None = None) -> float:
   """Training FLOPs of one step of `batch` rows (length = source / only sequence length)."""
-  counts = _matmul_params(params)
+  moe = cfg.moe
+  counts = _matmul_params(params, moe.top_k / moe.num_experts if moe.num_experts else 1.0)
   attn = cfg.num_heads * cfg.head_dim_
-  embed = counts.get('embed', 0) + counts.get('src_embed', 0)
+  # A token table is a gather; it multiplies activations only as a tied output projection.
+  embed = counts.get('embed', 0) if cfg.tie_embeddings else 0
   heads = sum(v for k, v in counts.items() if k not in ('embed', 'src_embed', 'encoder',
                                                         'decoder'))
   if cfg.family == 'encoder_decoder':
