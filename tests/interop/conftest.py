@@ -11,19 +11,24 @@ VOCAB = 101
 ARCHS = ('gpt2', 'llama', 'bloom', 'bert', 't5_relu', 't5_gated')
 
 
-def build(arch: str):
-  """A 2-layer `transformers` model of `arch` with seeded random weights, in eval mode."""
+def build(arch: str, vocab: int = VOCAB, **special_ids):
+  """A 2-layer `transformers` model of `arch` with seeded random weights, in eval mode.
+
+  gpt2 / llama take a vocabulary size and special ids (bos_token_id=..., eos_token_id=...)
+  to match a tokenizer (tests/interop/test_tokenizer.py).
+  """
   import torch  # pylint: disable=g-import-not-at-top
   import transformers as hf  # pylint: disable=g-import-not-at-top
   torch.manual_seed(ARCHS.index(arch))
   if arch == 'gpt2':
     model = hf.GPT2LMHeadModel(hf.GPT2Config(
-        n_layer=2, n_embd=32, n_head=4, vocab_size=VOCAB, n_positions=48, initializer_range=0.2))
+        n_layer=2, n_embd=32, n_head=4, vocab_size=vocab, n_positions=48, initializer_range=0.2,
+        **special_ids))
   elif arch == 'llama':  # grouped-query attention: 4 query heads share 2 key/value heads
     model = hf.LlamaForCausalLM(hf.LlamaConfig(
         num_hidden_layers=2, hidden_size=32, num_attention_heads=4, num_key_value_heads=2,
-        intermediate_size=64, vocab_size=VOCAB, rope_theta=5000.0, rms_norm_eps=1e-5,
-        initializer_range=0.2))
+        intermediate_size=64, vocab_size=vocab, rope_theta=5000.0, rms_norm_eps=1e-5,
+        initializer_range=0.2, **special_ids))
   elif arch == 'bloom':  # 6 heads: ALiBi slopes of a non-power-of-two head count
     model = hf.BloomForCausalLM(hf.BloomConfig(
         n_layer=2, hidden_size=48, n_head=6, vocab_size=VOCAB, initializer_range=0.2))
@@ -69,3 +74,9 @@ def padded_batch(lengths, width, seed=0):
 def batch():
   """batch(lengths, width, seed) -> (tokens [B, width], mask [B, width]); see padded_batch."""
   return padded_batch
+
+
+@pytest.fixture(scope='session')
+def build_reference():
+  """build_reference(arch, vocab, **special_ids) -> a fresh `transformers` model; see build."""
+  return build

@@ -36,8 +36,16 @@ class DataConfig:
   utf8_errors: str = choice('error', 'replace')
 
   # --- Tokenizer (tx/data/tokenizers) --------------------------------------------------
-  tokenizer: str = choice('byte', 'char', 'bpe', 'unigram')
+  # 'hf': a Hugging Face tokenizer.json read from data.tokenizer_path, never trained (the
+  # tokenizer of a checkpoint imported by `tx convert`, with its own special ids; see
+  # tx/data/tokenizers/hf.py). Needs the interop extra.
+  tokenizer: str = choice('byte', 'char', 'bpe', 'unigram', 'hf')
   vocab_size: int = 8000  # sentencepiece vocabulary size (byte/char: fixed by the data)
+  # data.tokenizer=hf only: a tokenizer.json (its tokenizer_config.json /
+  # special_tokens_map.json / config.json beside it name the specials), the tx header that
+  # `tx convert` writes next to one (RUN/tokenizer/tx_tokenizer.json), or a folder holding
+  # either; relative paths are relative to the working directory.
+  tokenizer_path: str | None = None
 
   # --- Batches (tx/data/pipeline, batching) -------------------------------------------
   seq_len: int = 128  # LM window / MLM row / seq2seq source length
@@ -62,5 +70,11 @@ class DataConfig:
       fail('data.mlm_probability', f'must be in (0, 1), got {self.mlm_probability}')
     if self.mlm_mask_fraction + self.mlm_random_fraction > 1:
       fail('data.mlm_mask_fraction', 'mlm_mask_fraction + mlm_random_fraction must be <= 1')
+    if self.tokenizer == 'hf' and not self.tokenizer_path:
+      fail('data.tokenizer_path', 'data.tokenizer=hf reads a Hugging Face tokenizer.json; set '
+           'data.tokenizer_path=PATH (a tokenizer.json or the checkpoint folder holding it)')
+    if self.tokenizer_path is not None and self.tokenizer != 'hf':
+      fail('data.tokenizer_path', f'is read only by data.tokenizer=hf, but data.tokenizer='
+           f'{self.tokenizer!r}; set data.tokenizer=hf or drop data.tokenizer_path')
     if self.num_workers < 0:
       fail('data.num_workers', f'must be >= 0, got {self.num_workers}')

@@ -24,6 +24,8 @@ at 0 per document.
 Batch keys (int32 unless noted, B rows of L = data.seq_len):
   inputs [B, L], targets [B, L], weights [B, L] float32 (0 on padding)
   packed only: segment_ids [B, L] (1, 2, ... per document, 0 = pad), positions [B, L]
+  windows with segment_ids=True (a vocabulary whose id 0 is a real token, e.g. GPT-2's
+  "!" under data.tokenizer=hf): segment_ids [B, L] (1 on real inputs, 0 on padding)
 """
 
 from __future__ import annotations
@@ -71,18 +73,26 @@ class Windows:
 
 
 class CausalWindows:
-  """Causal-LM rows from contiguous windows of L + 1 tokens."""
+  """Causal-LM rows from contiguous windows of L + 1 tokens.
 
-  def __init__(self, stream: np.ndarray, seq_len: int, *, train: bool):
+  segment_ids: also emit 'segment_ids' (1 on real inputs, 0 on padding), so a model does
+  not take an input id 0 for padding (for vocabularies where id 0 is a real token).
+  """
+
+  def __init__(self, stream: np.ndarray, seq_len: int, *, train: bool, segment_ids: bool = False):
     self.windows = Windows(stream, seq_len + 1, stride=seq_len, train=train)
     self.num_rows, self.stats = self.windows.num_rows, self.windows.stats
+    self.segment_ids = segment_ids
 
   def batch(self, keys_B: np.ndarray, rows_B: np.ndarray) -> dict[str, np.ndarray]:
     """{'inputs', 'targets' int32 [B, L], 'weights' float32 [B, L]}; targets = inputs shifted."""
     del keys_B
     tokens, valid = self.windows.tokens(rows_B)
-    return {'inputs': tokens[:, :-1], 'targets': tokens[:, 1:],
-            'weights': valid[:, 1:].astype(np.float32)}
+    out = {'inputs': tokens[:, :-1], 'targets': tokens[:, 1:],
+           'weights': valid[:, 1:].astype(np.float32)}
+    if self.segment_ids:
+      out['segment_ids'] = valid[:, :-1].astype(np.int32)
+    return out
 
 
 class CausalPacked:

@@ -268,7 +268,8 @@ class Pipeline:
       else:
         table = np.array([self.tokenizer.num_bytes([i]) for i in range(self.vocab_size)],
                          np.float32)
-      table[:NUM_SPECIALS] = 0
+      if getattr(self.tokenizer, 'uses_tx_specials', True):
+        table[:NUM_SPECIALS] = 0  # ('hf' tokenizers give their own specials 0 bytes)
       self._token_bytes = table
     return self._token_bytes
 
@@ -291,8 +292,12 @@ def _check(objective: str, split: str, batch_size: int, shard_index: int, shard_
 
 
 def make_rows(data_cfg, objective: str, fields: dict[str, Ragged], *, vocab_size: int,
-              seed: int, train: bool):
-  """The row source of `objective` over tokenized `fields` ('text' or 'source'/'target')."""
+              seed: int, train: bool, eos_id: int = EOS_ID, zero_is_token: bool = False):
+  """The row source of `objective` over tokenized `fields` ('text' or 'source'/'target').
+
+  eos_id: separates documents in causal-LM windows (-1: nothing between them);
+  zero_is_token: id 0 is a real token, so causal-LM windows carry segment ids.
+  """
   packed = data_cfg.lm_sampling == 'packed' or data_cfg.packing
   order = None
   if train and (packed or objective == 'seq2seq'):
@@ -312,7 +317,8 @@ def make_rows(data_cfg, objective: str, fields: dict[str, Ragged], *, vocab_size
   if objective == 'causal_lm':
     if packed:
       return CausalPacked(docs, data_cfg.seq_len, policy=data_cfg.length_policy, order=order)
-    return CausalWindows(docs.joined(EOS_ID), data_cfg.seq_len, train=train)
+    return CausalWindows(docs.joined(eos_id if eos_id >= 0 else None), data_cfg.seq_len,
+                         train=train, segment_ids=zero_is_token)
   masking = Masking(vocab_size, seed=seed, probability=data_cfg.mlm_probability,
                     mask_fraction=data_cfg.mlm_mask_fraction,
                     random_fraction=data_cfg.mlm_random_fraction)
@@ -327,9 +333,12 @@ def dataset_tokenizer(data_cfg, *, source: Callable[[str], Sequence[dict]] | Non
   """The dataset's tokenizer, trained on the train split the first time, then cached.
 
   The cache is `prepared_dir(data_cfg)` (or `cache_dir`), so evaluation and generation
-  code that calls this gets the very tokenizer the pipeline used.
+  code that calls this gets the very tokenizer the pipeline used. data.tokenizer=hf is
+  read from data.tokenizer_path instead (nothing trained or cached).
   """
   from tx.data import sources, tokenizers  # pylint: disable=g-import-not-at-top
+  if data_cfg.tokenizer == 'hf':
+    return tokenizers.load_hf_tokenizer(data_cfg.tokenizer_path)
   load = source or (lambda split: sources.load_source(data_cfg, split))
 
   def texts():
@@ -340,6 +349,18 @@ def dataset_tokenizer(data_cfg, *, source: Callable[[str], Sequence[dict]] | Non
   return tokenizers.build_tokenizer(
       data_cfg.tokenizer, texts, cache_dir=cache_dir or sources.prepared_dir(data_cfg),
       vocab_size=data_cfg.vocab_size)
+
+
+def _check_specials(tokenizer, data_cfg, objective: str) -> None:
+  """A tokenizer with its own special ids ('hf') feeds causal-LM windows only."""
+  if getattr(tokenizer, 'uses_tx_specials', True):
+    return
+  if objective == 'causal_lm' and data_cfg.lm_sampling == 'windows':
+    return
+  what = ('data.lm_sampling=packed' if objective == 'causal_lm' else f'objective {objective}')
+  raise DataError(f'data.tokenizer={getattr(tokenizer, "kind", "hf")}: {what} builds rows with '
+                  f"tx's special ids 0-4 (BOS/EOS/MASK), which this tokenizer does not have; "
+                  'only causal_lm with data.lm_sampling=windows reads its batches with it')
 
 
 def make_pipeline(data_cfg, objective: str, split: str, *, batch_size: int, seed: int,
@@ -375,11 +396,13 @@ def make_pipeline(data_cfg, objective: str, split: str, *, batch_size: int, seed
                     f'check data.files / data.validation_fraction')
   if tokenizer is None:
     tokenizer = dataset_tokenizer(data_cfg, source=source, cache_dir=cache_dir)
+  _check_specials(tokenizer, data_cfg, objective)
   fields = ('source', 'target') if 'source' in records[0] else ('text',)
   cache = Path(cache_dir) / tokenizer_key(tokenizer) / split if cache_dir is not None else None
   tokens, counts = tokenize_split(records, fields, tokenizer, cache=cache)
   rows = make_rows(data_cfg, objective, tokens, vocab_size=tokenizer.vocab_size, seed=seed,
-                   train=train)
+                   train=train, eos_id=getattr(tokenizer, 'eos_id', EOS_ID),
+                   zero_is_token=getattr(tokenizer, 'zero_is_token', False))
   pipe = Pipeline(rows, tokenizer=tokenizer, objective=objective, split=split,
                   batch_size=batch_size // shard_count, seed=seed, shard_index=shard_index,
                   shard_count=shard_count, train=train, counts=counts,

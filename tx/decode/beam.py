@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 
 from tx.config.model import ModelConfig
-from tx.data.tokenizers.specials import EOS_ID, PAD_ID
+from tx.data.tokenizers.specials import BOS_ID, EOS_ID, PAD_ID
 from tx.decode.steps import lm_stepper, seq2seq_stepper
 from tx.ops.sampling import NEG_INF
 
@@ -69,7 +69,7 @@ def repeat_beams(cache, beams: int):
 
 
 def search(step_fn, cache, logits_NV, batch: int, beams: int, *, max_len: int, alpha: float,
-           eos_id: int = EOS_ID):
+           eos_id: int = EOS_ID, pad_id: int = PAD_ID):
   """Beam search over a prefilled cache (model-free: `step_fn` may be any function).
 
   Args:
@@ -77,6 +77,7 @@ def search(step_fn, cache, logits_NV, batch: int, beams: int, *, max_len: int, a
       chosen at step t (t = 0, 1, ...) and returns the next token's logits.
     cache: any pytree whose leaves have a [B*K] batch axis (reordered as beams move).
     logits_NV: [B*K, V] logits of the first token (the K copies of a row are equal).
+    eos_id: ends a hypothesis (-1: none does); pad_id: never chosen (-1: any id may be).
   Returns:
     (tokens int32 [B, max_len], EOS included and PAD after it; scores float32 [B], the
     penalised log-prob of the returned hypothesis).
@@ -99,7 +100,9 @@ def search(step_fn, cache, logits_NV, batch: int, beams: int, *, max_len: int, a
 
   def body(s):
     t, cache, alive_seqs, alive_lp, fin_seqs, fin_scores, fin_ok, logits = s
-    logits = logits.astype(jnp.float32).at[:, PAD_ID].set(NEG_INF)
+    logits = logits.astype(jnp.float32)
+    if pad_id >= 0:
+      logits = logits.at[:, pad_id].set(NEG_INF)
     logp = jax.nn.log_softmax(logits).reshape(batch, beams, vocab)
     cand_lp = (alive_lp[:, :, None] + logp).reshape(batch, beams * vocab)
     top_lp, top_idx = jax.lax.top_k(cand_lp, 2 * beams)  # [B, 2K]
@@ -136,30 +139,35 @@ def search(step_fn, cache, logits_NV, batch: int, beams: int, *, max_len: int, a
 _STATIC = ('cfg', 'beams', 'max_len', 'eos_id')
 
 
-@functools.partial(jax.jit, static_argnames=_STATIC)
+@functools.partial(jax.jit, static_argnames=_STATIC + ('pad_id',))
 def beam_search_lm(cfg: ModelConfig, params, prompt_BP, *, beams: int = 4, max_len: int = 64,
-                   alpha: float = 0.6, eos_id: int = EOS_ID):
+                   alpha: float = 0.6, eos_id: int = EOS_ID, prompt_valid=None,
+                   pad_id: int = PAD_ID):
   """Decoder-only: left-padded prompts [B, P] -> (continuations [B, max_len], scores [B]).
 
   The prompt is prefilled once per row; its cache is then copied to the K beams.
+  prompt_valid / pad_id: as in `generate_lm` (vocabularies where id 0 is a real token).
   """
   b, p = prompt_BP.shape
-  step, logits, cache, lengths = lm_stepper(cfg, params, prompt_BP, p + max_len)
+  step, logits, cache, lengths = lm_stepper(cfg, params, prompt_BP, p + max_len,
+                                            prompt_valid_BP=prompt_valid)
   cache, logits, lengths = (repeat_beams(x, beams) for x in (cache, logits, lengths))
   step_fn = lambda cache, tok, t: step(cache, tok, (lengths + t)[:, None])
-  return search(step_fn, cache, logits, b, beams, max_len=max_len, alpha=alpha, eos_id=eos_id)
+  return search(step_fn, cache, logits, b, beams, max_len=max_len, alpha=alpha, eos_id=eos_id,
+                pad_id=pad_id)
 
 
-@functools.partial(jax.jit, static_argnames=_STATIC)
+@functools.partial(jax.jit, static_argnames=_STATIC + ('bos_id',))
 def beam_search_seq2seq(cfg: ModelConfig, params, src_BS, *, beams: int = 4, max_len: int = 64,
-                        alpha: float = 0.6, eos_id: int = EOS_ID):
+                        alpha: float = 0.6, eos_id: int = EOS_ID, bos_id: int = BOS_ID):
   """Encoder-decoder: src [B, S] -> (translations [B, max_len], scores [B]).
 
   The encoder runs once per batch (B rows, not B*K) and each layer's cross-attention
-  keys/values are projected once, at the BOS step.
+  keys/values are projected once, at the BOS step; decoding starts from `bos_id`.
   """
   b = src_BS.shape[0]
-  step, logits, cache, _ = seq2seq_stepper(cfg, params, src_BS, max_len + 1, repeat=beams)
+  step, logits, cache, _ = seq2seq_stepper(cfg, params, src_BS, max_len + 1, repeat=beams,
+                                           bos_id=bos_id)
   step_fn = lambda cache, tok, t: step(cache, tok, jnp.full((b * beams, 1), t + 1, jnp.int32))
   return search(step_fn, cache, logits, b, beams, max_len=max_len, alpha=alpha, eos_id=eos_id)
 

@@ -6,6 +6,10 @@ once every row has emitted EOS. Prompts are LEFT-padded (pad id 0) so every row'
 last prompt token sits in the same slot; positions count real tokens only, so
 absolute position schemes see 0, 1, 2, ... per row. PAD is never generated (a fed-back
 pad would be masked out of attention); a finished row emits PAD after its EOS.
+
+Vocabularies whose id 0 is a real token (GPT-2's "!", data.tokenizer=hf) pass
+`prompt_valid` (which prompt slots are real) and `pad_id=-1`: then id 0 in a prompt is
+attended to, may be generated, and is fed back as a real token.
 """
 
 from __future__ import annotations
@@ -34,16 +38,20 @@ def left_pad(prompts: list[list[int]], length: int | None = None):
   return jnp.asarray(out, jnp.int32)
 
 
-def choose(rng, logits_BV, *, strategy: str, temperature=1.0, top_k: int = 0, top_p=1.0):
-  """int32 [B]: the next token of each row (argmax, or a filtered sample); never PAD."""
-  logits = logits_BV.astype(jnp.float32).at[:, PAD_ID].set(NEG_INF)
+def choose(rng, logits_BV, *, strategy: str, temperature=1.0, top_k: int = 0, top_p=1.0,
+           pad_id: int = PAD_ID):
+  """int32 [B]: the next token of each row (argmax, or a filtered sample); never `pad_id`
+  (-1: any id may be chosen)."""
+  logits = logits_BV.astype(jnp.float32)
+  if pad_id >= 0:
+    logits = logits.at[:, pad_id].set(NEG_INF)
   return ops.sample_logits(rng, logits, temperature=temperature, top_k=top_k, top_p=top_p,
                            greedy=strategy == 'greedy')
 
 
 def decode_loop(step_fn, cache, logits_BV, positions_B, rng, *, max_new: int,
                 strategy: str = 'greedy', temperature=1.0, top_k: int = 0, top_p=1.0,
-                eos_id: int = EOS_ID, return_logits: bool = False):
+                eos_id: int = EOS_ID, return_logits: bool = False, pad_id: int = PAD_ID):
   """Choose a token, feed it back, `max_new` times or until every row has emitted EOS.
 
   Args:
@@ -51,6 +59,7 @@ def decode_loop(step_fn, cache, logits_BV, positions_B, rng, *, max_new: int,
     logits_BV: logits of the first new token; positions_B: its position.
     rng: step t samples with fold_in(rng, t), so a seed reproduces a sample.
     eos_id: -1 never stops (benchmarks).
+    pad_id: never chosen (-1: every id may be; for vocabularies where id 0 is a token).
   Returns:
     tokens int32 [B, max_new] (EOS included, PAD after it), and with return_logits
     the logits [B, max_new, V] each token was chosen from (zeros where not decoded).
@@ -66,7 +75,7 @@ def decode_loop(step_fn, cache, logits_BV, positions_B, rng, *, max_new: int,
   def body(s):
     t, cache, logits, finished, tokens, seen = s
     token = choose(jax.random.fold_in(rng, t), logits, strategy=strategy,
-                   temperature=temperature, top_k=top_k, top_p=top_p)
+                   temperature=temperature, top_k=top_k, top_p=top_p, pad_id=pad_id)
     token = jnp.where(finished, PAD_ID, token)
     tokens = jax.lax.dynamic_update_slice(tokens, token[:, None], (0, t))
     if return_logits:
@@ -80,23 +89,25 @@ def decode_loop(step_fn, cache, logits_BV, positions_B, rng, *, max_new: int,
   return (tokens, seen) if return_logits else tokens
 
 
-@functools.partial(jax.jit, static_argnames=_STATIC)
+@functools.partial(jax.jit, static_argnames=_STATIC + ('pad_id',))
 def generate_lm(cfg: ModelConfig, params, prompt_BP, rng, *, max_new: int, strategy='greedy',
                 temperature=1.0, top_k: int = 0, top_p=1.0, eos_id: int = EOS_ID,
-                return_logits: bool = False):
+                return_logits: bool = False, prompt_valid=None, pad_id: int = PAD_ID):
   """Decoder-only: continues left-padded prompts [B, P] by up to max_new tokens.
 
   Every row needs at least one real token (texts.prompt_rows gives an empty prompt a
-  start token).
+  start token). prompt_valid: bool [B, P] real prompt tokens (default prompt != PAD; pass
+  it with pad_id=-1 where id 0 is a real token, see the module docstring).
 
   Returns tokens [B, max_new] (after a row's EOS: PAD), plus logits [B, max_new, V] if
   return_logits. strategy 'greedy' | 'sample' (temperature, top_k, top_p).
   """
   step_fn, logits, cache, lengths = lm_stepper(cfg, params, prompt_BP,
-                                               prompt_BP.shape[1] + max_new)
+                                               prompt_BP.shape[1] + max_new,
+                                               prompt_valid_BP=prompt_valid)
   return decode_loop(step_fn, cache, logits, lengths, rng, max_new=max_new, strategy=strategy,
                      temperature=temperature, top_k=top_k, top_p=top_p, eos_id=eos_id,
-                     return_logits=return_logits)
+                     return_logits=return_logits, pad_id=pad_id)
 
 
 @functools.partial(jax.jit, static_argnames=_STATIC + ('bos_id',))

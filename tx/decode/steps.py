@@ -29,28 +29,41 @@ def empty_cache(model, *args, method=None):
   return jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
 
 
-def prompt_positions(prompt_BP):
-  """int32 [B, P]: 0, 1, 2, ... over the real tokens of left-padded prompts (pads get 0)."""
-  valid = prompt_BP != PAD_ID
+def prompt_positions(prompt_BP, valid_BP=None):
+  """int32 [B, P]: 0, 1, 2, ... over the real tokens of left-padded prompts (pads get 0).
+
+  valid_BP: bool [B, P] real tokens (default: prompt != PAD)."""
+  valid = prompt_BP != PAD_ID if valid_BP is None else valid_BP
   return jnp.maximum(jnp.cumsum(valid, axis=1) - 1, 0).astype(jnp.int32)
 
 
-def lm_stepper(cfg: ModelConfig, params, prompt_BP, total_len: int):
+def lm_stepper(cfg: ModelConfig, params, prompt_BP, total_len: int, *, prompt_valid_BP=None):
   """Decoder-only: prefills left-padded prompts [B, P] into a cache of `total_len` slots.
 
+  prompt_valid_BP: bool [B, P], the real prompt tokens, for vocabularies where id 0 is a
+  real token (GPT-2's "!"); every token fed to step_fn then counts as real too, id 0
+  included. Default: real = `prompt != PAD`, and a fed-back PAD is masked out.
   Returns (step_fn, logits [B, V] after the last prompt token, cache, next position [B]).
   """
   model = build_model(cfg, decode=True)
   b, _ = prompt_BP.shape
   cache = empty_cache(model, jnp.zeros((b, total_len), jnp.int32))
 
-  def step_fn(cache, tokens_BL, positions_BL):
+  def apply(cache, tokens_BL, positions_BL, segment_ids_BL=None):
     logits, state = model.apply({'params': params, 'cache': cache}, tokens_BL,
-                                positions=positions_BL, mutable=['cache'])
+                                positions=positions_BL, segment_ids=segment_ids_BL,
+                                mutable=['cache'])
     return logits[:, -1].astype(jnp.float32), state['cache']
 
-  logits, cache = step_fn(cache, prompt_BP, prompt_positions(prompt_BP))
-  lengths = jnp.sum(prompt_BP != PAD_ID, axis=1).astype(jnp.int32)
+  if prompt_valid_BP is None:
+    valid, segments, step_fn = prompt_BP != PAD_ID, None, apply
+  else:
+    valid = jnp.asarray(prompt_valid_BP, bool)
+    segments = valid.astype(jnp.int32)  # segment ids 1 = real, whatever the token id
+    step_fn = lambda cache, tokens, positions: apply(cache, tokens, positions,
+                                                     jnp.ones(tokens.shape, jnp.int32))
+  logits, cache = apply(cache, prompt_BP, prompt_positions(prompt_BP, valid), segments)
+  lengths = jnp.sum(valid, axis=1).astype(jnp.int32)
   return step_fn, logits, cache, lengths
 
 

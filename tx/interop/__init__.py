@@ -41,17 +41,21 @@ generation equal token for token (tx's KV cache vs `generate`), and bitwise expo
 import round trips.
 
 Limitations:
-- tx's pad id is 0 and masks come from `tokens != 0`: GPT-2's id 0 ("!") is treated as
-  padding and tx never generates id 0. T5 starts decoding from id 0: pass
+- tx's pad id is 0 and masks come from `tokens != 0`: on raw ids GPT-2's id 0 ("!") counts
+  as padding and is never generated, unless you pass explicit validity (`segment_ids` to the
+  model; `prompt_valid=` and `pad_id=-1` to `tx.decode.generate_lm`, which is what
+  `tx generate` does with GPT-2's own tokenizer). T5 starts decoding from id 0: pass
   `tgt_segment_ids` (1 on real target tokens, the start included) to the model and
   `bos_id=0` to `tx.decode.generate_seq2seq`.
-- tx's tokenizers cannot load a Hugging Face tokenizer, so `tx generate` / `tx eval` on a
-  converted run work only when the run's `data.tokenizer` has the checkpoint's vocabulary
-  (e.g. a tx model exported and converted back); otherwise they stop with a one-line
-  error, and the Python API works on token ids (`load_hf` / `tx.train.restore.load_run`,
-  then `tx.decode.generate_lm(cfg.model, params, prompt_ids, rng, max_new=...)`).
-  `tx train NAME --workdir OUT` fine-tunes a converted run when NAME's model and
-  tokenizer match it (it resumes from the step-0 checkpoint).
+- Tokenizers: `tx convert` copies the checkpoint's `tokenizer.json` (+ its tokenizer configs)
+  into OUT/tokenizer/ and sets `data.tokenizer=hf`, so `tx generate --workdir OUT --prompt
+  TEXT` works with no further flags and `tx eval` works for decoders given a text dataset
+  (`--set data.dataset=text data.files=...` when converting); commands and the special-id
+  design: `tx/interop/convert.py`, `tx/data/tokenizers/hf.py`. `tx eval` of BERT (MLM) or T5
+  (seq2seq) with that tokenizer is a one-line DataError (those batches use tx's ids 0-4);
+  without a tokenizer.json, generate / eval stop with a one-line error saying to add one.
+  `tx train NAME --workdir OUT` fine-tunes a converted run when NAME's model and tokenizer
+  match it (it resumes from the step-0 checkpoint).
 - Not reproduced (ConfigError naming the field): scaled RoPE (`rope_type` other than
   `default`), LLaMA with `attention_bias != mlp_bias`, BLOOM with
   `apply_residual_connection_post_layernorm`, GPT-2 `scale_attn_by_inverse_layer_idx` /

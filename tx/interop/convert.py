@@ -4,6 +4,36 @@ Writes a run directory that `tx eval`, `tx generate` and `tx train` read like on
 `tx train`: OUT/config.json (a full ExperimentConfig: the imported `model.*` plus the
 data / optim / train / decode settings of experiment NAME, or tx's defaults) and an Orbax
 checkpoint at step 0 holding the imported params, a fresh optimizer state and RNG.
+
+The checkpoint's tokenizer. When DIR holds a `tokenizer.json` (a Hugging Face fast
+tokenizer), it is copied byte for byte to OUT/tokenizer/ with `tokenizer_config.json` and
+`special_tokens_map.json` if present, tx's header OUT/tokenizer/tx_tokenizer.json records
+its special ids (from those files, else DIR/config.json), and the run gets
+`data.tokenizer=hf data.tokenizer_path=OUT/tokenizer/tx_tokenizer.json` (an absolute path,
+unless `--set data.tokenizer=...` chooses otherwise). Then, with no further flags:
+
+    tx convert --hf ckpt/gpt2 --workdir runs/gpt2
+    tx generate --workdir runs/gpt2 --prompt "Hello, my name is" --set decode.max_len=20
+    tx generate --workdir runs/gpt2 --input prompts.txt --set decode.strategy=sample decode.top_p=0.9
+
+and for `tx eval` (causal LMs) give the run a text dataset when converting; its documents
+are joined with the checkpoint's EOS into windows of data.seq_len tokens:
+
+    tx convert --hf ckpt/gpt2 --workdir runs/gpt2 \
+        --set data.dataset=text data.files=corpus.txt data.seq_len=256 train.batch_size=8
+    tx eval --workdir runs/gpt2 [--split validation] [--batches 10] [--extrapolation none]
+
+Special ids stay the checkpoint's (see tx/data/tokenizers/hf.py): generation stops at its
+EOS and starts prompts with the specials its post-processor puts first (LLaMA's <s>); where
+its id 0 is an ordinary token (GPT-2's "!") prompts and windows carry explicit validity, so
+tx matches transformers token for token (tests/interop/test_tokenizer.py). With the hf
+tokenizer `tx eval` reads causal-LM windows only (MLM masking, packed documents and seq2seq
+rows use tx's special ids 0-4: a one-line DataError); `tx generate` also serves T5 (sources
+end with </s>, decoding starts at config.json's decoder_start_token_id).
+
+Without a tokenizer.json the run keeps the base experiment's tokenizer; convert says so,
+and `tx generate` / `tx eval` stop with one line (vocabulary mismatch) telling you to put
+the checkpoint's tokenizer.json in DIR and convert again.
 """
 
 from __future__ import annotations
@@ -15,6 +45,7 @@ import jax.numpy as jnp
 
 from tx.config.base import ConfigError, override, parse_overrides
 from tx.config.experiment import ExperimentConfig
+from tx.data.tokenizers.hf import CONFIG_FILES, HEADER_FILE, HF_FILE, HfTokenizer
 from tx.interop.load import load_hf
 from tx.train import run_dir
 from tx.train.checkpoint import Checkpointer
@@ -25,6 +56,7 @@ from tx.train.state import TrainState
 # experiment (or --set), while every other model.* key comes from the checkpoint.
 RUNTIME_MODEL_KEYS = ('dropout', 'attention_dropout', 'remat', 'dtype', 'attention_impl')
 _DEFAULT_DATASET = {'decoder': 'stdlib', 'encoder': 'stdlib', 'encoder_decoder': 'multi30k'}
+TOKENIZER_DIR = 'tokenizer'  # OUT/tokenizer/: the checkpoint's tokenizer files + tx's header
 
 
 def converted_config(model_cfg, base: ExperimentConfig | None, overrides: dict,
@@ -36,12 +68,14 @@ def converted_config(model_cfg, base: ExperimentConfig | None, overrides: dict,
     raise ConfigError(f'{bad[0]}: the architecture comes from the checkpoint; tx convert only '
                       f'takes model.{{{",".join(RUNTIME_MODEL_KEYS)}}} overrides')
   if base is None:
-    base = ExperimentConfig(data=ExperimentConfig().data.replace(
-        dataset=_DEFAULT_DATASET[model_cfg.family]))
+    defaults = ExperimentConfig()
+    data = defaults.data.replace(dataset=_DEFAULT_DATASET[model_cfg.family])
     if model_cfg.position == 'learned':  # keep the default data windows inside the table
-      base = base.replace(data=base.data.replace(
-          seq_len=min(base.data.seq_len, model_cfg.max_len),
-          target_len=min(base.data.target_len, model_cfg.max_len)))
+      data = data.replace(seq_len=min(data.seq_len, model_cfg.max_len),
+                          target_len=min(data.target_len, model_cfg.max_len))
+    # the imported family with tx's default runtime keys (a T5 needs its parallel dataset)
+    base = ExperimentConfig(model=model_cfg.replace(
+        **{k: getattr(defaults.model, k) for k in RUNTIME_MODEL_KEYS}), data=data)
   runtime = {k: getattr(base.model, k) for k in RUNTIME_MODEL_KEYS}
   cfg = ExperimentConfig(name=name, model=model_cfg.replace(**runtime), data=base.data,
                          optim=base.optim, train=base.train, task=base.task,
@@ -49,16 +83,38 @@ def converted_config(model_cfg, base: ExperimentConfig | None, overrides: dict,
   return override(cfg, overrides) if overrides else cfg
 
 
+def checkpoint_tokenizer(hf_dir, model_cfg) -> HfTokenizer | None:
+  """The checkpoint's tokenizer.json with its special ids, or None when it has none."""
+  if not (Path(hf_dir) / HF_FILE).is_file():
+    return None
+  tokenizer = HfTokenizer.from_files(hf_dir)
+  if tokenizer.vocab_size > model_cfg.vocab_size:
+    raise ConfigError(f'{Path(hf_dir) / HF_FILE} has {tokenizer.vocab_size} ids but the model '
+                      f'only {model_cfg.vocab_size}: it is not this checkpoint\'s tokenizer')
+  return tokenizer
+
+
 def convert(hf_dir, workdir, *, experiment: str | None = None,
             overrides: dict | None = None) -> Path:
-  """Imports `hf_dir` and writes the run directory `workdir`; returns it."""
+  """Imports `hf_dir` and writes the run directory `workdir`; returns it.
+
+  With a tokenizer.json in `hf_dir` (and no data.tokenizer override) the run gets
+  data.tokenizer=hf, reading OUT/tokenizer/ (tokenizer.json, the tokenizer configs beside
+  it, and tx's header recording the special ids).
+  """
   model_cfg, params = load_hf(hf_dir)
+  hf_dir = Path(hf_dir).expanduser().resolve()
+  overrides = dict(overrides or {})
+  tokenizer = None if 'data.tokenizer' in overrides else checkpoint_tokenizer(hf_dir, model_cfg)
+  header = Path(workdir).expanduser().resolve() / TOKENIZER_DIR / HEADER_FILE
+  if tokenizer is not None:
+    overrides.update({'data.tokenizer': 'hf', 'data.tokenizer_path': str(header)})
   base = None
   if experiment is not None:
     from tx import registry  # pylint: disable=g-import-not-at-top
     base = registry.get(experiment)
-  name = experiment or f'hf_{Path(hf_dir).expanduser().resolve().name}'
-  cfg = converted_config(model_cfg, base, overrides or {}, name)
+  name = experiment or f'hf_{hf_dir.name}'
+  cfg = converted_config(model_cfg, base, overrides, name)
   workdir = run_dir.check_workdir(workdir, cfg.name)
   ckpt_dir = workdir / run_dir.CHECKPOINTS
   if ckpt_dir.exists() and any(ckpt_dir.iterdir()):
@@ -71,18 +127,24 @@ def convert(hf_dir, workdir, *, experiment: str | None = None,
                      opt_state=optimizer.init(params), rng=jax.random.key_data(train_rng),
                      skips=jnp.zeros((), jnp.int32))
   workdir.mkdir(parents=True, exist_ok=True)
+  if tokenizer is not None:
+    header.parent.mkdir(parents=True, exist_ok=True)
+    for file in CONFIG_FILES:  # for transformers' AutoTokenizer.from_pretrained(OUT/tokenizer)
+      if (hf_dir / file).is_file():
+        (header.parent / file).write_bytes((hf_dir / file).read_bytes())
+    tokenizer.save(header)  # tokenizer.json, byte for byte, then the header
   run_dir.write_json(workdir / run_dir.CONFIG, run_dir.config_dict(cfg))
   ckpt = Checkpointer(ckpt_dir, keep=cfg.train.keep_checkpoints, async_save=False)
   try:
     ckpt.save(0, state, meta={'best_eval': None, 'wall_time_s': 0.0,
-                              'converted_from': str(Path(hf_dir).expanduser().resolve())})
+                              'converted_from': str(hf_dir)})
   finally:
     ckpt.close()
   return workdir
 
 
 def cli(args) -> int:
-  """`tx convert`: prints where the run went and what the model is."""
+  """`tx convert`: prints where the run went, what the model is and which tokenizer it reads."""
   workdir = convert(args.hf, args.workdir, experiment=args.experiment,
                     overrides=parse_overrides(args.set))
   cfg = run_dir.load_run_config(workdir)
@@ -90,4 +152,9 @@ def cli(args) -> int:
   print(f'tx convert: {args.hf} -> {workdir} (experiment {cfg.name}: {m.family}, '
         f'{m.num_layers} layers, d_model {m.d_model}, vocab {m.vocab_size}, position '
         f'{m.position}); checkpoint at step 0')
+  if cfg.data.tokenizer == 'hf':
+    print(f'tokenizer: data.tokenizer=hf, data.tokenizer_path={cfg.data.tokenizer_path}')
+  elif not (Path(args.hf).expanduser() / HF_FILE).is_file():
+    print(f'tokenizer: {args.hf} has no {HF_FILE}, so tx generate / tx eval cannot encode '
+          f'text for this run; put the checkpoint\'s {HF_FILE} there and convert again')
   return 0

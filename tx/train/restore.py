@@ -42,17 +42,27 @@ def load_run(workdir: str | Path, *, step: int | None = None):
 
 
 def run_tokenizer(cfg):
-  """The tokenizer the run was trained with (cached next to the prepared data).
+  """The tokenizer the run was trained with (cached next to the prepared data), or, for
+  data.tokenizer=hf, the Hugging Face tokenizer at data.tokenizer_path (`tx convert` copies
+  a checkpoint's tokenizer.json into the run and points it there).
 
   A run whose model vocabulary differs from the tokenizer's (one made by `tx convert` from a
-  checkpoint with its own tokenizer) cannot turn texts into its token ids: ConfigError.
+  checkpoint without a tokenizer.json) cannot turn texts into its token ids: ConfigError.
+  An hf tokenizer may have fewer ids than the model (checkpoints pad their tables, e.g. T5).
   """
   from tx.config.base import ConfigError  # pylint: disable=g-import-not-at-top
   from tx.data.pipeline import dataset_tokenizer  # pylint: disable=g-import-not-at-top
   tokenizer = dataset_tokenizer(cfg.data)
-  if tokenizer.vocab_size != cfg.model.vocab_size:
-    raise ConfigError(f'model.vocab_size={cfg.model.vocab_size} but data.tokenizer='
-                      f'{cfg.data.tokenizer!r} has {tokenizer.vocab_size} ids: the run cannot '
-                      'encode text (a converted checkpoint needs its own tokenizer; use the '
-                      'Python API with token ids, see tx.interop)')
+  size, model_size = tokenizer.vocab_size, cfg.model.vocab_size
+  if cfg.data.tokenizer == 'hf':
+    if size > model_size:
+      raise ConfigError(f'model.vocab_size={model_size} but the tokenizer at data.tokenizer_path='
+                        f'{cfg.data.tokenizer_path} has {size} ids: it is not this model\'s '
+                        'tokenizer; point data.tokenizer_path at the checkpoint\'s tokenizer.json')
+  elif size != model_size:
+    raise ConfigError(f'model.vocab_size={model_size} but data.tokenizer='
+                      f'{cfg.data.tokenizer!r} has {size} ids: the run cannot encode text (a '
+                      'converted checkpoint needs its own tokenizer: put its tokenizer.json in '
+                      'the checkpoint directory and run tx convert again, or use the Python API '
+                      'with token ids, see tx.interop)')
   return tokenizer

@@ -11,7 +11,12 @@ stream equal the sum over any split of it into windows. For ids that decode to
 valid UTF-8 it equals `len(decode(ids).encode())`.
 
 A saved tokenizer is a JSON header (`save(path)`) with a 'kind' field, plus a
-sentencepiece `.model` file next to it for 'bpe'/'unigram'. No pickle.
+sentencepiece `.model` file next to it for 'bpe'/'unigram' (a Hugging Face
+`tokenizer.json` for 'hf'). No pickle.
+
+Generation reads the special ids from the tokenizer (`bos_id`, `eos_id`, `prefix_ids`,
+`suffix_ids`, `decoder_start_id`, `zero_is_token`): tx's own kinds keep the fixed ids of
+`specials`; 'hf' (tx/data/tokenizers/hf.py) has the checkpoint's.
 """
 
 from __future__ import annotations
@@ -35,6 +40,19 @@ class Tokenizer(abc.ABC):
   """Text <-> ids with the fixed special ids of `tx.data.tokenizers.specials`."""
 
   kind: ClassVar[str]
+
+  # Special ids as generation and batching use them. tx's kinds: the fixed ids of `specials`;
+  # 'hf' overrides them with the checkpoint's (-1 = the tokenizer has none).
+  bos_id: int = specials.BOS_ID
+  eos_id: int = specials.EOS_ID  # generation stops here; separates documents in LM windows
+  decoder_start_id: int = specials.BOS_ID  # encoder-decoder: decoding starts from this id
+  prefix_ids: tuple[int, ...] = ()  # put before every prompt and source (LLaMA: its BOS)
+  suffix_ids: tuple[int, ...] = (specials.EOS_ID,)  # put after every seq2seq source
+  # True where id 0 is an ordinary token (GPT-2's "!"), not only padding: prompts and LM
+  # windows then carry explicit validity / segment ids and id 0 may be generated.
+  zero_is_token: bool = False
+  # ids 0..4 are tx's PAD/BOS/EOS/UNK/MASK (MLM masking, packing and seq2seq rows rely on it)
+  uses_tx_specials: bool = True
 
   @property
   @abc.abstractmethod
@@ -61,6 +79,11 @@ class Tokenizer(abc.ABC):
   @abc.abstractmethod
   def from_header(cls, header: dict[str, Any], path: pathlib.Path) -> Tokenizer:
     """Rebuilds a tokenizer from the JSON header saved at `path`."""
+
+  def decode_continuation(self, prompt_ids: Iterable[int], new_ids: Iterable[int]) -> str:
+    """Text of `new_ids` as it continues `prompt_ids` (tx's kinds: `decode(new_ids)`)."""
+    del prompt_ids
+    return self.decode(new_ids)
 
   def byte_lengths(self) -> np.ndarray:
     """int64[vocab_size]: bytes per id (0 for PAD/BOS/EOS/MASK, 3 for UNK).

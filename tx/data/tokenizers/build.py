@@ -28,9 +28,12 @@ log = logging.getLogger(__name__)
 
 
 def check_kind(kind: str) -> None:
-  """Raises DataError unless `kind` is a known data.tokenizer value."""
+  """Raises DataError unless `kind` is a data.tokenizer value tx can train."""
   if kind not in KINDS:
     raise DataError(f'data.tokenizer={kind!r} is unknown; use one of {", ".join(KINDS)}')
+  if kind == 'hf':
+    raise DataError('data.tokenizer=hf is not trained: it is read from data.tokenizer_path '
+                    '(a Hugging Face tokenizer.json; see tx.data.tokenizers.hf.load_hf_tokenizer)')
 
 
 def cache_path(kind: str, vocab_size: int, cache_dir: str | os.PathLike) -> pathlib.Path:

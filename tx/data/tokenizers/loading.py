@@ -10,6 +10,7 @@ from tx.data.errors import DataError
 from tx.data.tokenizers.base import FORMAT, FORMAT_VERSION, Tokenizer
 from tx.data.tokenizers.byte import ByteTokenizer
 from tx.data.tokenizers.char import CharTokenizer
+from tx.data.tokenizers.hf import HfTokenizer
 from tx.data.tokenizers.subword import SentencePieceTokenizer
 
 # data.tokenizer value -> class.
@@ -18,6 +19,7 @@ KINDS: dict[str, type[Tokenizer]] = {
     'char': CharTokenizer,
     'bpe': SentencePieceTokenizer,
     'unigram': SentencePieceTokenizer,
+    'hf': HfTokenizer,  # loaded from data.tokenizer_path, never trained (tokenizers/hf.py)
 }
 
 
