@@ -2,6 +2,7 @@
 
     tx list
     tx train EXPERIMENT --workdir DIR [--set key=value ...]
+    tx train --workdir DIR [--set ...]     continue DIR's run with its own config.json
     tx eval --workdir DIR [--split NAME] [--step N] [--extrapolation 1,2,4] [--bleu-batches N]
     tx generate --workdir DIR (--prompt TEXT | --input FILE) [--output FILE] [--set decode.*=...]
     tx sweep SWEEP --workdir DIR [--seeds N] [--only PATTERN] [--dry-run | --commands] [--set ...]
@@ -44,7 +45,9 @@ def _parser() -> argparse.ArgumentParser:
   sub.add_parser('list', help='registered experiments and sweeps, one line each')
 
   t = sub.add_parser('train', help='train an experiment into --workdir (resumes if possible)')
-  t.add_argument('experiment')
+  t.add_argument('experiment', nargs='?', default=None,
+                 help="registered experiment; omitted: continue the run in --workdir with its "
+                      "own config.json (fine-tune a `tx convert`ed checkpoint)")
   t.add_argument('--workdir', required=True)
   t.add_argument('--set', nargs='+', action='extend', default=[], metavar='KEY=VALUE',
                  help='dotted overrides, e.g. --set model.d_model=256 train.steps=100')
@@ -166,7 +169,14 @@ def cmd_train(args) -> int:
   from tx import registry  # pylint: disable=g-import-not-at-top
   from tx.config.base import parse_overrides  # pylint: disable=g-import-not-at-top
   from tx.train.run_dir import check_workdir  # pylint: disable=g-import-not-at-top
-  cfg = registry.get(args.experiment, parse_overrides(args.set))
+  if args.experiment is None:
+    from tx.config.base import override  # pylint: disable=g-import-not-at-top
+    from tx.train.run_dir import load_run_config  # pylint: disable=g-import-not-at-top
+    overrides = parse_overrides(args.set)
+    cfg = load_run_config(args.workdir)
+    cfg = override(cfg, overrides) if overrides else cfg
+  else:
+    cfg = registry.get(args.experiment, parse_overrides(args.set))
   check_workdir(args.workdir, cfg.name)
   from tx.train.loop import train  # pylint: disable=g-import-not-at-top
   result = train(cfg, args.workdir, quiet=args.quiet)

@@ -14,6 +14,7 @@ that run must give transformers' loss on the very same windows.
 import json
 import math
 
+import jax
 import numpy as np
 import pytest
 
@@ -296,3 +297,26 @@ def test_bad_tokenizer_settings_are_one_line_errors(checkpoint, tmp_path, monkey
   monkeypatch.setitem(__import__('sys').modules, 'tokenizers', None)
   with pytest.raises(DataError, match=r'pip install -e "\.\[interop\]"'):
     HfTokenizer(b'{}')
+
+
+def test_train_without_an_experiment_fine_tunes_a_converted_run(converted, tmp_path, capsys):
+  """`tx train --workdir OUT` continues the converted run with its own config: it resumes
+  from the imported step-0 checkpoint, updates the params and keeps the checkpoint's ids."""
+  import shutil  # pylint: disable=g-import-not-at-top
+  from tx.train.restore import load_run  # pylint: disable=g-import-not-at-top
+  run = tmp_path / 'run'
+  shutil.copytree(converted('gpt2'), run)
+  _, before, _, _ = load_run(run)
+  capsys.readouterr()
+  assert cli.main(['train', '--workdir', str(run), '--quiet', '--set', 'train.steps=2',
+                   'train.eval_every=2', 'train.checkpoint_every=2', 'train.eval_batches=1',
+                   'train.sample_tokens=8', 'optim.warmup_steps=0']) == 0
+  out = capsys.readouterr()
+  assert 'resuming from checkpoint at step 0' in out.err + out.out
+  cfg, after, _, step = load_run(run)
+  assert step == 2 and cfg.data.tokenizer == 'hf'
+  moved = jax.tree_util.tree_map(lambda a, b: not np.array_equal(a, b), before.params,
+                                 after.params)
+  assert all(jax.tree_util.tree_leaves(moved))
+  # Another experiment's name is still refused for this directory.
+  assert cli.main(['train', 'demo', '--workdir', str(run)]) == 2

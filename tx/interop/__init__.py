@@ -54,8 +54,9 @@ Limitations:
   design: `tx/interop/convert.py`, `tx/data/tokenizers/hf.py`. `tx eval` of BERT (MLM) or T5
   (seq2seq) with that tokenizer is a one-line DataError (those batches use tx's ids 0-4);
   without a tokenizer.json, generate / eval stop with a one-line error saying to add one.
-  `tx train NAME --workdir OUT` fine-tunes a converted run when NAME's model and tokenizer
-  match it (it resumes from the step-0 checkpoint).
+  `tx train --workdir OUT [--set train.steps=N ...]` (no experiment name) fine-tunes a
+  converted run with its own config: it resumes from the step-0 checkpoint (causal LMs on
+  a text dataset with the checkpoint's tokenizer; tests/interop/test_tokenizer.py).
 - Not reproduced (ConfigError naming the field): scaled RoPE (`rope_type` other than
   `default`), LLaMA with `attention_bias != mlp_bias`, BLOOM with
   `apply_residual_connection_post_layernorm`, GPT-2 `scale_attn_by_inverse_layer_idx` /

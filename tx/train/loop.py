@@ -79,7 +79,13 @@ def make_pipelines(cfg: ExperimentConfig, task_name: str):
 
 
 def resolve(cfg: ExperimentConfig, vocab_size: int) -> ExperimentConfig:
-  """The config with data-dependent values filled in (model.vocab_size from the tokenizer)."""
+  """The config with data-dependent values filled in (model.vocab_size from the tokenizer).
+
+  A checkpoint's own tokenizer (data.tokenizer=hf) keeps the checkpoint's table when it has
+  at least the tokenizer's ids (T5 pads 32,100 ids to 32,128 rows).
+  """
+  if cfg.data.tokenizer == 'hf' and cfg.model.vocab_size >= vocab_size:
+    return cfg
   return cfg.replace(model=cfg.model.replace(vocab_size=vocab_size))
 
 
