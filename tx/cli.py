@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 LATER: dict[str, str] = {}  # commands announced but not built yet: name -> where
 
@@ -173,6 +174,9 @@ def cmd_train(args) -> int:
     from tx.config.base import override  # pylint: disable=g-import-not-at-top
     from tx.train.run_dir import load_run_config  # pylint: disable=g-import-not-at-top
     overrides = parse_overrides(args.set)
+    if not (Path(args.workdir) / 'config.json').is_file():
+      raise UserError(f'no experiment named and {args.workdir} holds no run (config.json); '
+                      'name one (see `tx list`) or point --workdir at a run directory')
     cfg = load_run_config(args.workdir)
     cfg = override(cfg, overrides) if overrides else cfg
   else:
