@@ -43,15 +43,21 @@ def _s2s(layers, heads, d, length, batch, vocab, **kw):
 
 
 _DECODE = dict(prompt_len=16, new=256, repeats=3)
+# Scanned layers + saving only the projections' outputs (attention and elementwise work is
+# recomputed): on XLA:CPU the unscanned stack keeps every activation whatever the remat
+# policy, so this is what halves the step's memory, at no cost in speed (benchmarks/NOTES.md).
+_TUNED = dict(scan=True, remat='dots_no_batch')
 _S2S_DECODE = dict(new=32, repeats=3)
 
 SUITE = (
     Case('gpt_baby', _gpt(4, 4, 128, 64, 12, steps=20, warmup=3),
          note="nanoGPT's CPU baby GPT"),
-    Case('gpt_6l', _gpt(6, 6, 384, 256, 64, steps=3, warmup=1, **_DECODE),
+    Case('gpt_6l', _gpt(6, 6, 384, 256, 64, steps=3, warmup=1, **_TUNED, **_DECODE),
          kinds=('train', 'decode'), decode_batches=(1, 8),
-         note="nanoGPT's GPU shakespeare_char shape"),
-    Case('gpt_6l_bf16', _gpt(6, 6, 384, 256, 64, steps=3, warmup=1, dtype='bfloat16'),
+         note="nanoGPT's GPU shakespeare_char shape; scanned layers, remat dots_no_batch"),
+    Case('gpt_6l_plain', _gpt(6, 6, 384, 256, 64, steps=2, warmup=1), peer=False,
+         note='the same model unscanned, no remat (tx defaults)'),
+    Case('gpt_6l_bf16', _gpt(6, 6, 384, 256, 64, steps=2, warmup=1, dtype='bfloat16', **_TUNED),
          peer=False, note='bf16 compute, fp32 params; MFU against the bf16 ceiling'),
     Case('bert_mini', _bert(4, 4, 128, 128, 16, steps=10, warmup=2)),
     Case('bert_6l', _bert(6, 6, 384, 256, 16, steps=3, warmup=1)),

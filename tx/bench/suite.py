@@ -1,6 +1,6 @@
 """`tx bench`: runs the cases of tx/bench/cases.py, prints a table, writes JSON.
 
-    tx bench                         # the full suite (~10 min on 2 CPU cores)
+    tx bench                         # the full suite (~14 min on 2 CPU cores)
     tx bench --only gpt_6l compile   # cases whose name contains a pattern
     tx bench --quick --json q.json   # toy sizes, seconds: checks the machinery
     tx bench --no-peers              # tx only (no torch needed)

@@ -204,7 +204,9 @@ def decode(spec: dict) -> dict:
   """Greedy cached decoding of exactly `new` tokens after a `prompt_len` prompt (decoder) or
   from a `src_len` source (encoder-decoder); best and median of `repeats` timed calls."""
   from tx.decode.generate import generate_lm, generate_seq2seq  # pylint: disable=g-import-not-at-top
-  cfg = model_config(dict(spec, max_len=spec.get('prompt_len', 0) + spec['new'] + 1))
+  # scan / remat are training choices: decoding runs the plain stack.
+  cfg = model_config(dict(spec, max_len=spec.get('prompt_len', 0) + spec['new'] + 1,
+                          scan=False, remat='none'))
   model = build_model(cfg)
   rng = np.random.default_rng(spec['batch'])
   prompt_len = spec['src_len'] if cfg.family == 'encoder_decoder' else spec['prompt_len']
