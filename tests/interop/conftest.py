@@ -14,8 +14,8 @@ ARCHS = ('gpt2', 'llama', 'bloom', 'bert', 't5_relu', 't5_gated')
 def build(arch: str, vocab: int = VOCAB, **special_ids):
   """A 2-layer `transformers` model of `arch` with seeded random weights, in eval mode.
 
-  gpt2 / llama take a vocabulary size and special ids (bos_token_id=..., eos_token_id=...)
-  to match a tokenizer (tests/interop/test_tokenizer.py).
+  gpt2 / llama / bert take a vocabulary size and special ids (bos_token_id=...,
+  eos_token_id=..., pad_token_id=...) to match a tokenizer (tests/interop/test_tokenizer.py).
   """
   import torch  # pylint: disable=g-import-not-at-top
   import transformers as hf  # pylint: disable=g-import-not-at-top
@@ -35,7 +35,7 @@ def build(arch: str, vocab: int = VOCAB, **special_ids):
   elif arch == 'bert':
     model = hf.BertForMaskedLM(hf.BertConfig(
         num_hidden_layers=2, hidden_size=32, num_attention_heads=4, intermediate_size=64,
-        vocab_size=VOCAB, max_position_embeddings=40, initializer_range=0.2))
+        vocab_size=vocab, max_position_embeddings=40, initializer_range=0.2, **special_ids))
   else:  # T5 v1.0 (relu, tied head scaled by d_model^-0.5) and v1.1 (gated gelu_tanh, no scale)
     gated = arch == 't5_gated'
     model = hf.T5ForConditionalGeneration(hf.T5Config(

@@ -8,7 +8,10 @@ random model of its architecture with save_pretrained, converted with `tx conver
 `tx generate` (tx.cli.main, in-process) must print the text of transformers' greedy
 `generate` on the same prompts, token for token. The GPT-2 model is nudged to emit "!", so
 prompts and continuations hold id 0, which tx otherwise reserves for padding; `tx eval` on
-that run must give transformers' loss on the very same windows.
+that run must give transformers' loss on the very same windows. A BERT-like WordPiece
+tokenizer ([PAD] [UNK] [CLS] [SEP] [MASK] = 0..4) beside a random BertForMaskedLM gives MLM
+batches masked with its own ids and framed [CLS] ... [SEP]; `tx eval` must match
+transformers' MLM loss on them.
 """
 
 import json
@@ -280,14 +283,19 @@ def test_bad_tokenizer_settings_are_one_line_errors(checkpoint, tmp_path, monkey
   with pytest.raises(DataError, match='holds no tokenizer.json') as info:
     load_hf_tokenizer(tmp_path)
   assert '\n' not in str(info.value)
-  # MLM / packed / seq2seq rows are built with tx's ids 0-4: refused, not silently wrong
+  # packed rows are built with tx's ids 0-4: refused, not silently wrong; MLM needs a mask
   from tx.data import make_pipeline  # pylint: disable=g-import-not-at-top
   _, _, path = checkpoint('gpt2')
   data = DataConfig(tokenizer='hf', tokenizer_path=str(path), seq_len=4)
-  for objective, cfg in (('mlm', data), ('causal_lm', data.replace(lm_sampling='packed'))):
-    with pytest.raises(DataError, match='only causal_lm with data.lm_sampling=windows'):
+  packed = data.replace(lm_sampling='packed')
+  for objective, cfg, match in (
+      ('mlm', data, 'objective mlm needs a mask token'),
+      ('mlm', packed, 'only causal_lm and mlm with data.lm_sampling=windows'),
+      ('causal_lm', packed, 'only causal_lm and mlm with data.lm_sampling=windows')):
+    with pytest.raises(DataError, match=match) as info:
       make_pipeline(cfg, objective, 'validation', batch_size=1, seed=0,
                     source=lambda split: [{'text': 'Hello world! ' * 4}])
+    assert '\n' not in str(info.value)
   # the saved header pins the tokenizer.json next to it
   saved = load_hf_tokenizer(path).save(tmp_path / 'tx_tokenizer.json')
   (tmp_path / 'tokenizer.json').write_text('{}')
@@ -320,3 +328,125 @@ def test_train_without_an_experiment_fine_tunes_a_converted_run(converted, tmp_p
   assert all(jax.tree_util.tree_leaves(moved))
   # Another experiment's name is still refused for this directory.
   assert cli.main(['train', 'demo', '--workdir', str(run)]) == 2
+
+
+# --- BERT: MLM batches with the checkpoint's own special ids ---------------------------------
+
+BERT_SPECIALS = ('[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]')
+BERT_WORDS = ('the quick brown fox jumps over lazy dog hello world this is a test wow such '
+              'tokens much bytes naive cafe and then it ran far away from home to sleep').split()
+BERT_TEXTS = ['the quick brown fox jumps over the lazy dog', 'hello world this is a test',
+              'wow such tokens much bytes', 'naive cafe and then it ran far away from home',
+              'the dog ran to sleep', 'a fox is a dog'] * 2
+
+
+def bert_tokenizer():
+  """BERT's layout: [PAD] [UNK] [CLS] [SEP] [MASK] = 0..4, WordPiece words (+ ##pieces),
+  a post-processor framing a text as [CLS] ... [SEP]."""
+  from tokenizers import decoders, models, normalizers, pre_tokenizers, processors  # pylint: disable=g-import-not-at-top
+  vocab = {t: i for i, t in enumerate(BERT_SPECIALS)}
+  for w in [*BERT_WORDS, '##s', '##ed', '##ing']:
+    vocab.setdefault(w, len(vocab))
+  tok = tokenizers.Tokenizer(models.WordPiece(vocab, unk_token='[UNK]'))
+  tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+  tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+  tok.decoder = decoders.WordPiece()
+  tok.add_special_tokens(list(BERT_SPECIALS))
+  tok.post_processor = processors.BertProcessing(('[SEP]', 3), ('[CLS]', 2))
+  return tok
+
+
+@pytest.fixture(scope='module')
+def bert_run(tmp_path_factory, build_reference):
+  """(transformers BertForMaskedLM, its tokenizer, a `tx convert` run with a text dataset)."""
+  import torch  # pylint: disable=g-import-not-at-top,redefined-outer-name
+  torch.set_num_threads(1)
+  tok = bert_tokenizer()
+  fast = hf.PreTrainedTokenizerFast(tokenizer_object=tok, pad_token='[PAD]', unk_token='[UNK]',
+                                    cls_token='[CLS]', sep_token='[SEP]', mask_token='[MASK]')
+  model = build_reference('bert', tok.get_vocab_size(), pad_token_id=0)
+  tmp = tmp_path_factory.mktemp('bert')
+  model.save_pretrained(tmp / 'ckpt')
+  fast.save_pretrained(tmp / 'ckpt')
+  corpus = tmp / 'corpus'
+  corpus.mkdir()
+  for file, texts in (('a.train.txt', BERT_TEXTS * 2), ('b.valid.txt', BERT_TEXTS[:4]),
+                      ('c.valid.txt', BERT_TEXTS[4:9])):
+    (corpus / file).write_text('\n'.join(texts) + '\n')
+  sets = [f'data.data_dir={tmp / "tfds"}', 'data.dataset=text', f'data.files={corpus}',
+          'data.seq_len=16', 'train.batch_size=4']
+  assert cli.main(['convert', '--hf', str(tmp / 'ckpt'), '--workdir', str(tmp / 'run'),
+                   '--set', *sets]) == 0
+  return model, fast, tmp / 'run'
+
+
+def test_bert_mlm_batches_use_the_checkpoint_specials(bert_run):
+  """Masked positions never hold a special; [MASK] is the checkpoint's; rows are [CLS] ... [SEP]."""
+  from tx.data import make_pipeline  # pylint: disable=g-import-not-at-top
+  from tx.train.run_dir import load_run_config  # pylint: disable=g-import-not-at-top
+  _, fast, run = bert_run
+  cfg = load_run_config(run)
+  assert cfg.data.tokenizer == 'hf'
+  pipe = make_pipeline(cfg.data, 'mlm', 'train', batch_size=64, seed=3)
+  specials = set(fast.all_special_ids)
+  assert specials == {0, 1, 2, 3, 4} and fast.mask_token_id == 4
+  x, y, w = [], [], []
+  it = pipe.iterator()
+  for _ in range(8):
+    b = next(it)
+    x.append(b['inputs']), y.append(b['targets']), w.append(b['weights'])
+  x, y, w = np.concatenate(x), np.concatenate(y), np.concatenate(w)
+  sel = w > 0
+  assert (y[:, 0] == 2).all() and (y[:, -1] == 3).all()  # train rows: [CLS] ... [SEP], no pad
+  assert not np.isin(y[sel], list(specials)).any()  # specials are never selected
+  np.testing.assert_array_equal(x[~sel], y[~sel])  # inputs = targets elsewhere
+  assert 0.1 < sel.mean() < 0.2
+  assert abs((x[sel] == 4).mean() - 0.8) < 0.08
+  replaced = sel & (x != 4) & (x != y)
+  assert replaced.any() and not np.isin(x[replaced], list(specials)).any()
+  assert (x[replaced] < len(fast)).all()
+  # eval rows: the last one's real tokens end with [SEP], then [PAD] = 0 with weight 0
+  pipe = make_pipeline(cfg.data, 'mlm', 'validation', batch_size=4, seed=0, train=False)
+  rows = np.concatenate([b['targets'] for b in pipe.iterator()])
+  real = rows[rows[:, 0] != 0]
+  assert (real[:, 0] == 2).all()
+  for r in real:
+    n = int((r != 0).sum())
+    assert r[n - 1] == 3 and (r[:n] != 0).all()
+  assert (real == 0).any()  # the last window is padded
+  # a pad id other than 0 (tx pads and masks with 0) is a one-line error
+  from tx.data.pipeline import hf_mlm_specials  # pylint: disable=g-import-not-at-top
+  tok = load_hf_tokenizer(run / 'tokenizer')
+  assert hf_mlm_specials(tok)['prefix'] == (2,) and hf_mlm_specials(tok)['suffix'] == (3,)
+  tok.set_special_ids({**tok.special_ids, 'pad': None})
+  with pytest.raises(DataError, match="pads with id 0.*pad id is None") as info:
+    hf_mlm_specials(tok)
+  assert '\n' not in str(info.value)
+
+
+def test_bert_eval_matches_transformers(bert_run, capsys):
+  """tx eval's MLM loss on a converted BERT equals transformers' on the same masked batches."""
+  from tx.data import make_pipeline  # pylint: disable=g-import-not-at-top
+  from tx.train.run_dir import load_run_config  # pylint: disable=g-import-not-at-top
+  model, _, run = bert_run
+  assert cli.main(['eval', '--workdir', str(run), '--batches', '2']) == 0
+  capsys.readouterr()
+  result = json.loads((run / 'eval_validation_0.json').read_text())
+  assert math.isfinite(result['loss'])
+  cfg = load_run_config(run)
+  pipe = make_pipeline(cfg.data, 'mlm', 'validation', batch_size=cfg.train.batch_size,
+                       seed=cfg.train.seed, train=False)
+  nll = weight = 0.0
+  it = pipe.iterator()
+  for _ in range(2):
+    batch = next(it)
+    inputs = torch.as_tensor(batch['inputs']).long()
+    labels = torch.where(torch.as_tensor(batch['weights']) > 0,
+                         torch.as_tensor(batch['targets']).long(), -100)
+    with torch.no_grad():
+      out = model(input_ids=inputs, attention_mask=(inputs != 0).long(), labels=labels)
+    n = float((labels != -100).sum())
+    nll += float(out.loss) * n if n else 0.0  # transformers' mean is nan without labels
+    weight += n
+  assert weight > 0
+  assert math.isclose(result['loss'], nll / weight, rel_tol=1e-4)

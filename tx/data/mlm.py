@@ -7,6 +7,13 @@ selected; a selected token becomes MASK with probability `mlm_mask_fraction`, a
 random ordinary token with `mlm_random_fraction`, and stays as it is otherwise.
 PAD, BOS, EOS, UNK and MASK are never selected and never drawn as replacements.
 
+A tokenizer with its own special ids (data.tokenizer=hf, e.g. a converted BERT) gives
+`Masking` its MASK id and the set of its special ids ([CLS], [SEP], [PAD], [UNK], [MASK],
+...): those are never selected, and replacements are drawn from the other ids. Its window
+rows (`MLMWindows` with prefix/suffix) are framed as its post-processor frames a text,
+BERT: [CLS] + L - 2 tokens of the stream + [SEP], then its PAD (which must be id 0, tx's
+padding) after a short last window.
+
 The random draws are a counter-based hash of (seed, row position in the data
 stream, token position), not a stateful generator: a batch is a pure function of
 its row positions, so iterator checkpoints need no RNG state, and a global batch
@@ -67,10 +74,33 @@ class Masking:
   probability: float = 0.15
   mask_fraction: float = 0.8
   random_fraction: float = 0.1
+  mask_id: int = MASK_ID
+  special_ids: tuple[int, ...] | None = None  # None: tx's ids 0 .. NUM_SPECIALS - 1
 
   def __post_init__(self):
-    if self.vocab_size <= NUM_SPECIALS:
+    if self.special_ids is None:
+      if self.vocab_size <= NUM_SPECIALS:
+        raise DataError(f'data.tokenizer: vocabulary of {self.vocab_size} has no ordinary tokens')
+      return
+    special = np.zeros(self.vocab_size, bool)
+    special[[i for i in self.special_ids if 0 <= i < self.vocab_size]] = True
+    if special.all():
       raise DataError(f'data.tokenizer: vocabulary of {self.vocab_size} has no ordinary tokens')
+    object.__setattr__(self, '_special', special)
+    object.__setattr__(self, '_ordinary', np.flatnonzero(~special).astype(np.int32))
+
+  def is_ordinary(self, tokens: np.ndarray) -> np.ndarray:
+    """bool, True where a token may be selected (not special, inside the vocabulary)."""
+    if self.special_ids is None:
+      return tokens >= NUM_SPECIALS
+    inside = (tokens >= 0) & (tokens < self.vocab_size)
+    return inside & ~self._special[np.clip(tokens, 0, self.vocab_size - 1)]
+
+  def random_ids(self, bits: np.ndarray) -> np.ndarray:
+    """int32 ordinary ids drawn by uint64 `bits`."""
+    if self.special_ids is None:
+      return (NUM_SPECIALS + bits % np.uint64(self.vocab_size - NUM_SPECIALS)).astype(np.int32)
+    return self._ordinary[(bits % np.uint64(len(self._ordinary))).astype(np.int64)]
 
 
 def mask_tokens(tokens_BL: np.ndarray, keys_B: np.ndarray, m: Masking) -> dict[str, np.ndarray]:
@@ -85,28 +115,56 @@ def mask_tokens(tokens_BL: np.ndarray, keys_B: np.ndarray, m: Masking) -> dict[s
      'weights' float32 [B, L] = 1 on selected positions}.
   """
   select_bits, kind_bits, id_bits = hash_uniforms(m.seed, keys_B, tokens_BL.shape[1], 3)
-  selected = (tokens_BL >= NUM_SPECIALS) & (_unit(select_bits) < m.probability)
+  selected = m.is_ordinary(tokens_BL) & (_unit(select_bits) < m.probability)
   kind = _unit(kind_bits)
   to_mask = selected & (kind < m.mask_fraction)
   to_random = selected & ~to_mask & (kind < m.mask_fraction + m.random_fraction)
-  random_ids = (NUM_SPECIALS + id_bits % np.uint64(m.vocab_size - NUM_SPECIALS)).astype(np.int32)
-  inputs = np.where(to_mask, MASK_ID, np.where(to_random, random_ids, tokens_BL))
+  random_ids = m.random_ids(id_bits)
+  inputs = np.where(to_mask, m.mask_id, np.where(to_random, random_ids, tokens_BL))
   return {'inputs': inputs.astype(np.int32), 'targets': tokens_BL.astype(np.int32),
           'weights': selected.astype(np.float32)}
 
 
 class MLMWindows:
-  """MLM rows from windows of L tokens (eval: non-overlapping, last one padded)."""
+  """MLM rows from windows of L tokens (eval: non-overlapping, last one padded).
 
-  def __init__(self, stream: np.ndarray, seq_len: int, masking: Masking, *, train: bool):
-    self.windows = Windows(stream, seq_len, stride=seq_len, train=train)
+  prefix / suffix: ids framing every row (a checkpoint tokenizer's, BERT: [CLS] / [SEP]);
+  a row is then prefix + L - len(prefix) - len(suffix) stream tokens + suffix, the suffix
+  right after the last real token, padding (id 0) after it; an all-padding row stays 0.
+  """
+
+  def __init__(self, stream: np.ndarray, seq_len: int, masking: Masking, *, train: bool,
+               prefix: tuple[int, ...] = (), suffix: tuple[int, ...] = ()):
+    self.prefix, self.suffix = tuple(prefix), tuple(suffix)
+    width = seq_len - len(self.prefix) - len(self.suffix)
+    if width < 1:
+      raise DataError(f'data.seq_len: {seq_len} leaves no room for text between the '
+                      f'tokenizer\'s {len(self.prefix)} + {len(self.suffix)} framing ids')
+    self.windows = Windows(stream, width, stride=width, train=train)
     self.masking = masking
     self.num_rows, self.stats = self.windows.num_rows, self.windows.stats
 
   def batch(self, keys_B: np.ndarray, rows_B: np.ndarray) -> dict[str, np.ndarray]:
     """{'inputs', 'targets' int32 [B, L], 'weights' float32 [B, L]}."""
-    tokens, _ = self.windows.tokens(rows_B)
+    tokens, valid = self.windows.tokens(rows_B)
+    if self.prefix or self.suffix:
+      tokens = self._frame(tokens, valid)
     return mask_tokens(tokens, keys_B, self.masking)
+
+  def _frame(self, body_BW: np.ndarray, valid_BW: np.ndarray) -> np.ndarray:
+    """int32 [B, L]: prefix + the valid body + suffix, then 0 (valid is a prefix per row)."""
+    B, W = body_BW.shape
+    P, S = len(self.prefix), len(self.suffix)
+    n_B = valid_BW.sum(1)
+    real_B = n_B > 0
+    out = np.zeros((B, P + W + S), np.int32)
+    out[:, P:P + W] = np.where(valid_BW, body_BW, 0)
+    if P:
+      out[:, :P] = np.where(real_B[:, None], np.asarray(self.prefix, np.int32)[None], 0)
+    rows = np.flatnonzero(real_B)
+    for j, s in enumerate(self.suffix):
+      out[rows, P + n_B[rows] + j] = s
+    return out
 
 
 class MLMPacked:

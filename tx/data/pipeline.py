@@ -292,11 +292,13 @@ def _check(objective: str, split: str, batch_size: int, shard_index: int, shard_
 
 
 def make_rows(data_cfg, objective: str, fields: dict[str, Ragged], *, vocab_size: int,
-              seed: int, train: bool, eos_id: int = EOS_ID, zero_is_token: bool = False):
+              seed: int, train: bool, eos_id: int = EOS_ID, zero_is_token: bool = False,
+              mlm_specials: dict[str, Any] | None = None):
   """The row source of `objective` over tokenized `fields` ('text' or 'source'/'target').
 
   eos_id: separates documents in causal-LM windows (-1: nothing between them);
-  zero_is_token: id 0 is a real token, so causal-LM windows carry segment ids.
+  zero_is_token: id 0 is a real token, so causal-LM windows carry segment ids;
+  mlm_specials: a tokenizer's own special ids for MLM windows (see `hf_mlm_specials`).
   """
   packed = data_cfg.lm_sampling == 'packed' or data_cfg.packing
   order = None
@@ -319,9 +321,14 @@ def make_rows(data_cfg, objective: str, fields: dict[str, Ragged], *, vocab_size
       return CausalPacked(docs, data_cfg.seq_len, policy=data_cfg.length_policy, order=order)
     return CausalWindows(docs.joined(eos_id if eos_id >= 0 else None), data_cfg.seq_len,
                          train=train, segment_ids=zero_is_token)
+  own = {} if mlm_specials is None else {'mask_id': mlm_specials['mask_id'],
+                                          'special_ids': tuple(mlm_specials['special_ids'])}
   masking = Masking(vocab_size, seed=seed, probability=data_cfg.mlm_probability,
                     mask_fraction=data_cfg.mlm_mask_fraction,
-                    random_fraction=data_cfg.mlm_random_fraction)
+                    random_fraction=data_cfg.mlm_random_fraction, **own)
+  if mlm_specials is not None:
+    return MLMWindows(docs.joined(mlm_specials['separator']), data_cfg.seq_len, masking,
+                      train=train, prefix=mlm_specials['prefix'], suffix=mlm_specials['suffix'])
   if packed:
     return MLMPacked(docs, data_cfg.seq_len, masking, policy=data_cfg.length_policy,
                      order=order)
@@ -352,15 +359,37 @@ def dataset_tokenizer(data_cfg, *, source: Callable[[str], Sequence[dict]] | Non
 
 
 def _check_specials(tokenizer, data_cfg, objective: str) -> None:
-  """A tokenizer with its own special ids ('hf') feeds causal-LM windows only."""
+  """A tokenizer with its own special ids ('hf') feeds causal-LM and MLM windows only."""
   if getattr(tokenizer, 'uses_tx_specials', True):
     return
-  if objective == 'causal_lm' and data_cfg.lm_sampling == 'windows':
+  packed = data_cfg.lm_sampling == 'packed' or data_cfg.packing
+  if objective in ('causal_lm', 'mlm') and not packed:
     return
-  what = ('data.lm_sampling=packed' if objective == 'causal_lm' else f'objective {objective}')
+  what = (f'{objective} with packed rows' if objective != 'seq2seq' else 'objective seq2seq')
   raise DataError(f'data.tokenizer={getattr(tokenizer, "kind", "hf")}: {what} builds rows with '
-                  f"tx's special ids 0-4 (BOS/EOS/MASK), which this tokenizer does not have; "
-                  'only causal_lm with data.lm_sampling=windows reads its batches with it')
+                  f"tx's special ids 0-4 (BOS/EOS), which this tokenizer does not have; "
+                  'only causal_lm and mlm with data.lm_sampling=windows read its batches')
+
+
+def hf_mlm_specials(tokenizer) -> dict[str, Any]:
+  """MLM ids of a tokenizer with its own specials: mask_id, special_ids (never masked nor
+  drawn), prefix / suffix framing each row, separator between documents (None: none).
+
+  Raises a one-line DataError when its pad id is not 0 (tx pads and masks with id 0) or
+  it has no mask token.
+  """
+  kind = getattr(tokenizer, 'kind', 'hf')
+  ids = tokenizer.special_ids
+  if ids.get('mask') is None:
+    raise DataError(f'data.tokenizer={kind}: objective mlm needs a mask token, and '
+                    f'{tokenizer.source or "this tokenizer"} names none (mask_token)')
+  if ids.get('pad') != 0:
+    raise DataError(f'data.tokenizer={kind}: objective mlm pads with id 0 (tx masks '
+                    f'tokens != 0), but this tokenizer\'s pad id is {ids.get("pad")}')
+  separator = next((ids[r] for r in ('sep', 'eos') if ids.get(r) is not None), None)
+  return {'mask_id': ids['mask'], 'special_ids': tuple(tokenizer.all_special_ids),
+          'prefix': tuple(tokenizer.prefix_ids), 'suffix': tuple(tokenizer.suffix_ids),
+          'separator': separator}
 
 
 def make_pipeline(data_cfg, objective: str, split: str, *, batch_size: int, seed: int,
@@ -402,7 +431,9 @@ def make_pipeline(data_cfg, objective: str, split: str, *, batch_size: int, seed
   tokens, counts = tokenize_split(records, fields, tokenizer, cache=cache)
   rows = make_rows(data_cfg, objective, tokens, vocab_size=tokenizer.vocab_size, seed=seed,
                    train=train, eos_id=getattr(tokenizer, 'eos_id', EOS_ID),
-                   zero_is_token=getattr(tokenizer, 'zero_is_token', False))
+                   zero_is_token=getattr(tokenizer, 'zero_is_token', False),
+                   mlm_specials=(hf_mlm_specials(tokenizer) if objective == 'mlm' and not
+                                 getattr(tokenizer, 'uses_tx_specials', True) else None))
   pipe = Pipeline(rows, tokenizer=tokenizer, objective=objective, split=split,
                   batch_size=batch_size // shard_count, seed=seed, shard_index=shard_index,
                   shard_count=shard_count, train=train, counts=counts,

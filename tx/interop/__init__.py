@@ -51,8 +51,9 @@ Limitations:
   into OUT/tokenizer/ and sets `data.tokenizer=hf`, so `tx generate --workdir OUT --prompt
   TEXT` works with no further flags and `tx eval` works for decoders given a text dataset
   (`--set data.dataset=text data.files=...` when converting); commands and the special-id
-  design: `tx/interop/convert.py`, `tx/data/tokenizers/hf.py`. `tx eval` of BERT (MLM) or T5
-  (seq2seq) with that tokenizer is a one-line DataError (those batches use tx's ids 0-4);
+  design: `tx/interop/convert.py`, `tx/data/tokenizers/hf.py`. `tx eval` of BERT (MLM) masks
+  with the checkpoint's [MASK] and frames rows [CLS] ... [SEP]; of T5 (seq2seq) with that
+  tokenizer it is a one-line DataError (those batches use tx's ids 0-4);
   without a tokenizer.json, generate / eval stop with a one-line error saying to add one.
   `tx train --workdir OUT [--set train.steps=N ...]` (no experiment name) fine-tunes a
   converted run with its own config: it resumes from the step-0 checkpoint (causal LMs on

@@ -20,6 +20,11 @@ which ids play which role (`bos_id`, `eos_id`, ...; see `tx.data.tokenizers.base
     BERT         [PAD] 0  - / - (cls/sep)   [PAD]         [CLS] / [SEP]
     T5           <pad> 0  - / 1             <pad>         -     / </s>   decoding starts at 0
 
+MLM batches (`tx eval` of a converted BERT) mask with `special_ids['mask']`, never select
+nor draw any of `all_special_ids`, frame rows with prefix / suffix ([CLS] ... [SEP]) and pad
+with id 0, so they need a mask token and pad id 0 (else a one-line DataError); packed rows
+and seq2seq rows use tx's ids 0-4 and are refused.
+
 tx's models treat id 0 as padding (`tokens != 0`) unless given segment ids. Where id 0 is
 a special token (pad, unk) that is harmless; where it is an ordinary token (GPT-2's "!"),
 `zero_is_token` is True and tx passes explicit validity instead: prompts are masked by
@@ -155,6 +160,12 @@ class HfTokenizer(Tokenizer):
       if full[start:start + len(plain)] == plain:
         return tuple(full[:start]), tuple(full[start + len(plain):])
     return (), ()
+
+  @property
+  def all_special_ids(self) -> tuple[int, ...]:
+    """Every special id, sorted: the roles' ids and the added tokens marked special (MLM
+    never masks them nor draws them as replacements)."""
+    return tuple(sorted(self._special))
 
   # --- the Tokenizer interface ------------------------------------------------------------
 
