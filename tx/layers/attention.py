@@ -110,17 +110,23 @@ class MultiHeadAttention(nn.Module):
                         use_bias=cfg.use_bias, dtype=cfg.dtype, param_dtype=cfg.param_dtype,
                         name='out')(out_BLHD)
 
+  # Caches are stored [B, K, S, D], the layout the attention dot reads: stored as
+  # [B, S, K, D], XLA:CPU copied the whole cache into that layout at every decoding step
+  # (~90 % of a step at batch 8; benchmarks/NOTES.md). The [B, S, K, D] views returned
+  # below are transposes of transposes, which XLA folds away.
   def _update_cache(self, k_BLKD, v_BLKD, cache_index):
     """Writes the new keys/values at `cache_index`; returns the whole cache [B, S_max, K, D]."""
     initialized = self.has_variable('cache', 'cached_key')
-    cached_k = self.variable('cache', 'cached_key', jnp.zeros, k_BLKD.shape, k_BLKD.dtype)
-    cached_v = self.variable('cache', 'cached_value', jnp.zeros, v_BLKD.shape, v_BLKD.dtype)
+    shape_BKLD = _heads_first(k_BLKD).shape
+    cached_k = self.variable('cache', 'cached_key', jnp.zeros, shape_BKLD, k_BLKD.dtype)
+    cached_v = self.variable('cache', 'cached_value', jnp.zeros, shape_BKLD, v_BLKD.dtype)
     if not initialized:  # the allocating call at init attends over its own input only
       return k_BLKD, v_BLKD
-    start = (0, cache_index, 0, 0)
-    cached_k.value = jax.lax.dynamic_update_slice(cached_k.value, k_BLKD.astype(cached_k.value.dtype), start)
-    cached_v.value = jax.lax.dynamic_update_slice(cached_v.value, v_BLKD.astype(cached_v.value.dtype), start)
-    return cached_k.value, cached_v.value
+    start = (0, 0, cache_index, 0)
+    for cached, new in ((cached_k, k_BLKD), (cached_v, v_BLKD)):
+      cached.value = jax.lax.dynamic_update_slice(
+          cached.value, _heads_first(new).astype(cached.value.dtype), start)
+    return _heads_first(cached_k.value), _heads_first(cached_v.value)
 
   def _cross_cache(self, kv_BSD):
     """Cross keys/values [B, S, K, D]: projected from kv and cached, or read from the cache."""
@@ -129,12 +135,19 @@ class MultiHeadAttention(nn.Module):
       if not self.has_variable('cache', 'cross_key'):
         raise ValueError('cross-attention decoding: pass the encoder output on the first '
                          'decode call; later calls may pass None to reuse its keys/values')
-      return self.get_variable('cache', 'cross_key'), self.get_variable('cache', 'cross_value')
+      return (_heads_first(self.get_variable('cache', 'cross_key')),
+              _heads_first(self.get_variable('cache', 'cross_value')))
     k_BSKD = self._proj(kv_BSD, cfg.kv_heads, 'key', ('embed', 'kv_heads', 'kv'))
     v_BSKD = self._proj(kv_BSD, cfg.kv_heads, 'value', ('embed', 'kv_heads', 'kv'))
     initialized = self.has_variable('cache', 'cross_key')
-    cached_k = self.variable('cache', 'cross_key', jnp.zeros, k_BSKD.shape, k_BSKD.dtype)
-    cached_v = self.variable('cache', 'cross_value', jnp.zeros, v_BSKD.shape, v_BSKD.dtype)
+    shape_BKSD = _heads_first(k_BSKD).shape
+    cached_k = self.variable('cache', 'cross_key', jnp.zeros, shape_BKSD, k_BSKD.dtype)
+    cached_v = self.variable('cache', 'cross_value', jnp.zeros, shape_BKSD, v_BSKD.dtype)
     if initialized:  # at init the cache stays zeros (its content is never read before a write)
-      cached_k.value, cached_v.value = k_BSKD, v_BSKD
+      cached_k.value, cached_v.value = _heads_first(k_BSKD), _heads_first(v_BSKD)
     return k_BSKD, v_BSKD
+
+
+def _heads_first(x):
+  """[B, S, K, D] <-> [B, K, S, D] (its own inverse)."""
+  return jnp.swapaxes(x, 1, 2)
