@@ -122,18 +122,23 @@ def converted(checkpoint, tmp_path_factory):
     if name not in cache:
       _, _, path = checkpoint(name)
       tmp = tmp_path_factory.mktemp(f'{name}_run')
-      corpus = tmp / 'corpus'  # split by file name: one train and two validation documents
-      corpus.mkdir()
-      for file, texts in (('a.train.txt', TEXTS * 3), ('b.valid.txt', TEXTS[:2]),
-                          ('c.valid.txt', TEXTS[2:5])):
-        (corpus / file).write_text('\n'.join(texts) + '\n')
-      sets = [f'data.data_dir={tmp / "tfds"}', 'data.dataset=text', f'data.files={corpus}',
-              'data.seq_len=16', 'train.batch_size=4']
-      assert cli.main(['convert', '--hf', str(path), '--workdir', str(tmp / 'run'),
-                       '--set', *sets]) == 0
+      convert_with_corpus(path, tmp, TEXTS * 3, TEXTS[:2], TEXTS[2:5])
       cache[name] = tmp / 'run'
     return cache[name]
   return get
+
+
+def convert_with_corpus(checkpoint_dir, tmp, train, valid_a, valid_b):
+  """`tx convert` into tmp/run with a text dataset split by file name: one train and two
+  validation documents (windows of 16 tokens, batches of 4)."""
+  corpus = tmp / 'corpus'
+  corpus.mkdir()
+  for file, texts in (('a.train.txt', train), ('b.valid.txt', valid_a), ('c.valid.txt', valid_b)):
+    (corpus / file).write_text('\n'.join(texts) + '\n')
+  sets = [f'data.data_dir={tmp / "tfds"}', 'data.dataset=text', f'data.files={corpus}',
+          'data.seq_len=16', 'train.batch_size=4']
+  assert cli.main(['convert', '--hf', str(checkpoint_dir), '--workdir', str(tmp / 'run'),
+                   '--set', *sets]) == 0
 
 
 def reference_continuation(model, fast, prompt: str) -> tuple[list[int], list[int]]:
@@ -368,15 +373,7 @@ def bert_run(tmp_path_factory, build_reference):
   tmp = tmp_path_factory.mktemp('bert')
   model.save_pretrained(tmp / 'ckpt')
   fast.save_pretrained(tmp / 'ckpt')
-  corpus = tmp / 'corpus'
-  corpus.mkdir()
-  for file, texts in (('a.train.txt', BERT_TEXTS * 2), ('b.valid.txt', BERT_TEXTS[:4]),
-                      ('c.valid.txt', BERT_TEXTS[4:9])):
-    (corpus / file).write_text('\n'.join(texts) + '\n')
-  sets = [f'data.data_dir={tmp / "tfds"}', 'data.dataset=text', f'data.files={corpus}',
-          'data.seq_len=16', 'train.batch_size=4']
-  assert cli.main(['convert', '--hf', str(tmp / 'ckpt'), '--workdir', str(tmp / 'run'),
-                   '--set', *sets]) == 0
+  convert_with_corpus(tmp / 'ckpt', tmp, BERT_TEXTS * 2, BERT_TEXTS[:4], BERT_TEXTS[4:9])
   return model, fast, tmp / 'run'
 
 
