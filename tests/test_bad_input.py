@@ -17,6 +17,8 @@ from tx.cli import main
 # {E}: an empty directory; {B}: a directory whose config.json is not JSON; {R}: a folder of raw
 # data that lacks every dataset.
 CASES = [
+    ('train_no_experiment_no_run', ['train', '--workdir', '{W}'],
+     ['no experiment named', 'config.json', 'tx list']),
     ('steps_negative', ['train', 'demo', '--workdir', '{W}', '--set', 'train.steps=-5'],
      ['train.steps', 'must be > 0', '-5']),
     ('steps_float', ['train', 'demo', '--workdir', '{W}', '--set', 'train.steps=1.5'],

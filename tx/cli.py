@@ -25,9 +25,6 @@ import argparse
 import sys
 from pathlib import Path
 
-LATER: dict[str, str] = {}  # commands announced but not built yet: name -> where
-
-
 class UserError(Exception):
   """Raised for command-line misuse; printed as one line."""
 
@@ -91,8 +88,6 @@ def _parser() -> argparse.ArgumentParser:
                  help='overrides (data.*, optim.*, train.*, decode.*, model.dropout, ...)')
   _bench_parser(sub)
   _plan_parser(sub)
-  for name, where in LATER.items():
-    sub.add_parser(name, help=f'(coming: {where})')
   return p
 
 
@@ -233,9 +228,6 @@ def _parse(argv):
 
 def main(argv=None) -> int:
   args = _parse(argv)
-  if args.command in LATER:
-    print(f'tx {args.command}: not available yet ({LATER[args.command]})', file=sys.stderr)
-    return 2
   from tx.config.base import ConfigError  # pylint: disable=g-import-not-at-top
   errors: tuple[type[BaseException], ...] = (ConfigError, UserError, FileNotFoundError)
   from tx.data.errors import DataError  # pylint: disable=g-import-not-at-top
