@@ -35,6 +35,7 @@ import orbax.checkpoint as ocp
 from etils import epath
 from orbax.checkpoint import checkpoint_managers as policies
 
+from tx.train import orphaned_reads
 from tx.train.errors import CheckpointError
 
 log = logging.getLogger(__name__)
@@ -218,6 +219,7 @@ class Checkpointer:
     return result, None
 
   def _read(self, step, stored, target):
+    orphaned_reads.silence()
     items = {'state': ocp.args.StandardRestore(stored)}
     for name in ('data', 'meta'):
       if (self.directory / str(step) / name).exists():
