@@ -14,8 +14,9 @@ ARCHS = ('gpt2', 'llama', 'bloom', 'bert', 't5_relu', 't5_gated')
 def build(arch: str, vocab: int = VOCAB, **special_ids):
   """A 2-layer `transformers` model of `arch` with seeded random weights, in eval mode.
 
-  gpt2 / llama / bert take a vocabulary size and special ids (bos_token_id=...,
-  eos_token_id=..., pad_token_id=...) to match a tokenizer (tests/interop/test_tokenizer.py).
+  gpt2 / llama / bert / t5 take a vocabulary size and special ids (bos_token_id=...,
+  eos_token_id=..., pad_token_id=...) to match a tokenizer (tests/interop/test_tokenizer.py,
+  test_t5_tokenizer.py).
   """
   import torch  # pylint: disable=g-import-not-at-top
   import transformers as hf  # pylint: disable=g-import-not-at-top
@@ -39,10 +40,10 @@ def build(arch: str, vocab: int = VOCAB, **special_ids):
   else:  # T5 v1.0 (relu, tied head scaled by d_model^-0.5) and v1.1 (gated gelu_tanh, no scale)
     gated = arch == 't5_gated'
     model = hf.T5ForConditionalGeneration(hf.T5Config(
-        num_layers=2, d_model=32, num_heads=4, d_kv=8, d_ff=64, vocab_size=VOCAB,
+        num_layers=2, d_model=32, num_heads=4, d_kv=8, d_ff=64, vocab_size=vocab,
         feed_forward_proj='gated-gelu' if gated else 'relu', tie_word_embeddings=not gated,
         relative_attention_num_buckets=8, relative_attention_max_distance=16,
-        initializer_factor=1.0))
+        initializer_factor=1.0, **special_ids))
   return model.eval()
 
 

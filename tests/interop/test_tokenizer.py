@@ -288,17 +288,13 @@ def test_bad_tokenizer_settings_are_one_line_errors(checkpoint, tmp_path, monkey
   with pytest.raises(DataError, match='holds no tokenizer.json') as info:
     load_hf_tokenizer(tmp_path)
   assert '\n' not in str(info.value)
-  # packed rows are built with tx's ids 0-4: refused, not silently wrong; MLM needs a mask
+  # MLM needs a mask token (GPT-2 has none)
   from tx.data import make_pipeline  # pylint: disable=g-import-not-at-top
   _, _, path = checkpoint('gpt2')
   data = DataConfig(tokenizer='hf', tokenizer_path=str(path), seq_len=4)
-  packed = data.replace(lm_sampling='packed')
-  for objective, cfg, match in (
-      ('mlm', data, 'objective mlm needs a mask token'),
-      ('mlm', packed, 'only causal_lm and mlm with data.lm_sampling=windows'),
-      ('causal_lm', packed, 'only causal_lm and mlm with data.lm_sampling=windows')):
-    with pytest.raises(DataError, match=match) as info:
-      make_pipeline(cfg, objective, 'validation', batch_size=1, seed=0,
+  for cfg in (data, data.replace(lm_sampling='packed')):
+    with pytest.raises(DataError, match='objective mlm needs a mask token') as info:
+      make_pipeline(cfg, 'mlm', 'validation', batch_size=1, seed=0,
                     source=lambda split: [{'text': 'Hello world! ' * 4}])
     assert '\n' not in str(info.value)
   # the saved header pins the tokenizer.json next to it
@@ -310,6 +306,46 @@ def test_bad_tokenizer_settings_are_one_line_errors(checkpoint, tmp_path, monkey
   monkeypatch.setitem(__import__('sys').modules, 'tokenizers', None)
   with pytest.raises(DataError, match=r'pip install -e "\.\[interop\]"'):
     HfTokenizer(b'{}')
+
+
+@pytest.mark.parametrize('name', ['gpt2', 'llama'])
+def test_packed_lm_rows_frame_documents_with_the_checkpoint_ids(checkpoint, name):
+  """data.lm_sampling=packed: each document is the checkpoint's BOS + ids + EOS (GPT-2: both
+  <|endoftext|>; LLaMA: <s> ... </s>), with segment ids, so id 0 ("!") stays a real token."""
+  from tx.data import make_pipeline  # pylint: disable=g-import-not-at-top
+  _, fast, path = checkpoint(name)
+  data = DataConfig(tokenizer='hf', tokenizer_path=str(path), seq_len=24, lm_sampling='packed')
+  docs = ['Hello! world!', 'Wow!! Such tokens', 'The quick brown fox!']
+  batches = list(make_pipeline(data, 'causal_lm', 'validation', batch_size=1, seed=0,
+                               train=False, source=lambda split: [{'text': t} for t in docs]
+                               ).iterator())
+  pieces = []
+  for b in batches:
+    seg = b['segment_ids'][0]
+    assert (b['weights'][0] == (seg > 0)).all()
+    pieces += [(b['inputs'][0][seg == k].tolist(), b['targets'][0][seg == k].tolist())
+               for k in range(1, seg.max() + 1)]
+  bos, eos = fast.bos_token_id, fast.eos_token_id
+  expected = [fast(t, add_special_tokens=False)['input_ids'] for t in docs]
+  assert pieces == [([bos] + ids, ids + [eos]) for ids in expected]
+  if name == 'gpt2':
+    assert 0 in expected[0]  # "!" is id 0, and a real token here
+
+
+def test_packed_mlm_rows_are_framed_cls_sep(bert_run):
+  from tx.data import make_pipeline  # pylint: disable=g-import-not-at-top
+  from tx.train.run_dir import load_run_config  # pylint: disable=g-import-not-at-top
+  _, fast, run = bert_run
+  data = load_run_config(run).data.replace(lm_sampling='packed', seq_len=32)
+  batch = next(make_pipeline(data, 'mlm', 'validation', batch_size=2, seed=0, train=False,
+                             source=lambda split: [{'text': t} for t in BERT_TEXTS[:4]]
+                             ).iterator())
+  for row, seg in zip(batch['targets'], batch['segment_ids']):
+    for k in range(1, seg.max() + 1):
+      piece = row[seg == k]
+      assert piece[0] == fast.cls_token_id and piece[-1] == fast.sep_token_id
+  masked = batch['weights'] > 0
+  assert masked.any() and not np.isin(batch['targets'][masked], fast.all_special_ids).any()
 
 
 def test_train_without_an_experiment_fine_tunes_a_converted_run(converted, tmp_path, capsys):

@@ -34,6 +34,7 @@ import numpy as np
 
 from tx.data.errors import DataError
 from tx.data.packing import Feature, PackedRows, Ragged
+from tx.data.tokenizers.specials import BOS_ID, EOS_ID
 
 
 class Windows:
@@ -103,11 +104,13 @@ class CausalPacked:
     seq_len: L.
     policy: 'truncate' (a document longer than L + 1 with BOS/EOS is cut) or 'drop'.
     order: permutation of document ids to pack in (training); None = dataset order.
+    bos, eos: the ids around each document (a converted checkpoint's own; () for none).
   """
 
   def __init__(self, docs: Ragged, seq_len: int, *, policy: str,
-               order: np.ndarray | None = None):
-    feature = Feature(docs, seq_len, bos=True, eos=True, shift=True)
+               order: np.ndarray | None = None, bos: tuple[int, ...] = (BOS_ID,),
+               eos: tuple[int, ...] = (EOS_ID,)):
+    feature = Feature(docs, seq_len, bos, eos, shift=True)
     self.rows = PackedRows({'lm': feature}, policy=policy, packed=True, order=order)
     self.num_rows, self.stats = self.rows.num_rows, self.rows.stats
     if self.num_rows == 0:

@@ -34,7 +34,7 @@ import numpy as np
 from tx.data.errors import DataError
 from tx.data.lm import Windows
 from tx.data.packing import Feature, PackedRows, Ragged
-from tx.data.tokenizers.specials import MASK_ID, NUM_SPECIALS
+from tx.data.tokenizers.specials import BOS_ID, EOS_ID, MASK_ID, NUM_SPECIALS
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
@@ -168,11 +168,13 @@ class MLMWindows:
 
 
 class MLMPacked:
-  """MLM rows of packed documents (BOS + tokens + EOS each, cut to L), with segment ids."""
+  """MLM rows of packed documents (prefix + tokens + suffix each, cut to L: tx's BOS ... EOS,
+  a converted BERT's [CLS] ... [SEP]), with segment ids."""
 
   def __init__(self, docs: Ragged, seq_len: int, masking: Masking, *, policy: str,
-               order: np.ndarray | None = None):
-    feature = Feature(docs, seq_len, bos=True, eos=True)
+               order: np.ndarray | None = None, prefix: tuple[int, ...] = (BOS_ID,),
+               suffix: tuple[int, ...] = (EOS_ID,)):
+    feature = Feature(docs, seq_len, prefix, suffix)
     self.rows = PackedRows({'mlm': feature}, policy=policy, packed=True, order=order)
     self.masking = masking
     self.num_rows, self.stats = self.rows.num_rows, self.rows.stats

@@ -13,8 +13,9 @@ gathers the tokens of a batch of rows with vectorized numpy (no Python loop over
 tokens), so a batch costs tens of microseconds. Packing is decided once per split
 and seed; training reshuffles the rows every epoch, not the contents of a row.
 
-Each feature of a row is a `Feature`: the example's tokens, optionally with BOS
-before and EOS after ("the full sequence"), cut to the row. With `shift=True` the
+Each feature of a row is a `Feature`: the example's tokens between a prefix and a
+suffix of special ids (tx: BOS before, EOS after; a converted checkpoint's tokenizer
+its own), "the full sequence", cut to the row. With `shift=True` the
 feature yields `inputs = full[:-1]` and `targets = full[1:]` (teacher forcing), so
 `targets` never crosses into the next document. Truncation cuts the full sequence,
 so a truncated example has no EOS (the model is never taught a false end).
@@ -29,7 +30,7 @@ from typing import NamedTuple, Sequence
 import numpy as np
 
 from tx.data.errors import DataError
-from tx.data.tokenizers.specials import BOS_ID, EOS_ID, PAD_ID
+from tx.data.tokenizers.specials import EOS_ID, PAD_ID
 
 # How many rows stay open for first-fit; more bins pack denser but cost time.
 NUM_BINS = 16
@@ -66,22 +67,25 @@ class Ragged(NamedTuple):
 
 @dataclasses.dataclass(frozen=True)
 class Feature:
-  """One token sequence per example: `[BOS]? + docs[i] + [EOS]?`, cut to `row_len`."""
+  """One token sequence per example: `prefix + docs[i] + suffix`, cut to `row_len`."""
   docs: Ragged
   row_len: int
-  bos: bool = False
-  eos: bool = False
+  prefix: tuple[int, ...] = ()  # e.g. (BOS_ID,)
+  suffix: tuple[int, ...] = ()  # e.g. (EOS_ID,)
   shift: bool = False  # yield inputs/targets = full[:-1] / full[1:]
 
   def full_lengths(self) -> np.ndarray:
     """int64 [N]: positions each example needs in a row (before cutting)."""
-    return self.docs.lengths + self.bos + self.eos - self.shift
+    return self.docs.lengths + len(self.prefix) + len(self.suffix) - self.shift
 
   def tokens_at(self, example_T: np.ndarray, k_T: np.ndarray) -> np.ndarray:
     """int32 [T]: token k of the full sequence of example e, for each (e, k)."""
     n = self.docs.lengths[example_T]
-    j = k_T - self.bos
-    out = np.where(j < 0, BOS_ID, EOS_ID if self.eos else PAD_ID).astype(np.int32)
+    j = k_T - len(self.prefix)
+    out = np.full(len(k_T), PAD_ID, np.int32)
+    before, after = j < 0, (j >= n) & (j - n < len(self.suffix))
+    out[before] = np.asarray(self.prefix, np.int32)[k_T[before]]
+    out[after] = np.asarray(self.suffix, np.int32)[(j - n)[after]]
     inside = (j >= 0) & (j < n)
     if self.docs.tokens.size:
       out[inside] = self.docs.tokens[self.docs.offsets[example_T[inside]] + j[inside]]

@@ -36,7 +36,8 @@ from tx.data.errors import DataError
 from tx.data.lm import CausalPacked, CausalWindows
 from tx.data.mlm import MLMPacked, MLMWindows, Masking, splitmix64
 from tx.data.packing import Ragged
-from tx.data.seq2seq import Seq2SeqRows
+from tx.data.seq2seq import Framing, Seq2SeqRows
+from tx.data.tokenizers.base import special
 from tx.data.tokenizers.specials import EOS_ID, NUM_SPECIALS
 
 log = logging.getLogger('tx.data')
@@ -291,14 +292,13 @@ def _check(objective: str, split: str, batch_size: int, shard_index: int, shard_
                     f'data-loading processes; use a multiple of {shard_count}')
 
 
-def make_rows(data_cfg, objective: str, fields: dict[str, Ragged], *, vocab_size: int,
-              seed: int, train: bool, eos_id: int = EOS_ID, zero_is_token: bool = False,
-              mlm_specials: dict[str, Any] | None = None):
+def make_rows(data_cfg, objective: str, fields: dict[str, Ragged], *, tokenizer, seed: int,
+              train: bool):
   """The row source of `objective` over tokenized `fields` ('text' or 'source'/'target').
 
-  eos_id: separates documents in causal-LM windows (-1: nothing between them);
-  zero_is_token: id 0 is a real token, so causal-LM windows carry segment ids;
-  mlm_specials: a tokenizer's own special ids for MLM windows (see `hf_mlm_specials`).
+  The tokenizer's special ids frame the rows: tx's fixed ones, or a converted checkpoint's
+  own (data.tokenizer=hf: its EOS between documents, its BOS/EOS around packed ones, its
+  prefix/suffix around MLM rows and sources, its decoder start before targets).
   """
   packed = data_cfg.lm_sampling == 'packed' or data_cfg.packing
   order = None
@@ -311,27 +311,32 @@ def make_rows(data_cfg, objective: str, fields: dict[str, Ragged], *, vocab_size
                       f'(multi30k, parallel), got {data_cfg.dataset!r}')
     return Seq2SeqRows(fields['source'], fields['target'], data_cfg.seq_len,
                        data_cfg.target_len, policy=data_cfg.length_policy,
-                       packed=data_cfg.packing, order=order)
+                       packed=data_cfg.packing, order=order, framing=Framing.of(tokenizer))
   if 'text' not in fields:
     raise DataError(f'data.dataset: objective {objective} needs a text dataset, '
                     f'got the parallel dataset {data_cfg.dataset!r}; use objective seq2seq')
   docs = fields['text']
+  bos, eos = special(tokenizer, 'bos_id'), special(tokenizer, 'eos_id')
   if objective == 'causal_lm':
     if packed:
-      return CausalPacked(docs, data_cfg.seq_len, policy=data_cfg.length_policy, order=order)
-    return CausalWindows(docs.joined(eos_id if eos_id >= 0 else None), data_cfg.seq_len,
-                         train=train, segment_ids=zero_is_token)
+      return CausalPacked(docs, data_cfg.seq_len, policy=data_cfg.length_policy, order=order,
+                          bos=(bos,) if bos >= 0 else (), eos=(eos,) if eos >= 0 else ())
+    return CausalWindows(docs.joined(eos if eos >= 0 else None), data_cfg.seq_len,
+                         train=train, segment_ids=special(tokenizer, 'zero_is_token'))
+  mlm_specials = None if special(tokenizer, 'uses_tx_specials') else hf_mlm_specials(tokenizer)
   own = {} if mlm_specials is None else {'mask_id': mlm_specials['mask_id'],
                                           'special_ids': tuple(mlm_specials['special_ids'])}
-  masking = Masking(vocab_size, seed=seed, probability=data_cfg.mlm_probability,
+  masking = Masking(tokenizer.vocab_size, seed=seed, probability=data_cfg.mlm_probability,
                     mask_fraction=data_cfg.mlm_mask_fraction,
                     random_fraction=data_cfg.mlm_random_fraction, **own)
+  if packed:
+    framing = {} if mlm_specials is None else {'prefix': mlm_specials['prefix'],
+                                               'suffix': mlm_specials['suffix']}
+    return MLMPacked(docs, data_cfg.seq_len, masking, policy=data_cfg.length_policy,
+                     order=order, **framing)
   if mlm_specials is not None:
     return MLMWindows(docs.joined(mlm_specials['separator']), data_cfg.seq_len, masking,
                       train=train, prefix=mlm_specials['prefix'], suffix=mlm_specials['suffix'])
-  if packed:
-    return MLMPacked(docs, data_cfg.seq_len, masking, policy=data_cfg.length_policy,
-                     order=order)
   return MLMWindows(docs.joined(EOS_ID), data_cfg.seq_len, masking, train=train)
 
 
@@ -356,19 +361,6 @@ def dataset_tokenizer(data_cfg, *, source: Callable[[str], Sequence[dict]] | Non
   return tokenizers.build_tokenizer(
       data_cfg.tokenizer, texts, cache_dir=cache_dir or sources.prepared_dir(data_cfg),
       vocab_size=data_cfg.vocab_size)
-
-
-def _check_specials(tokenizer, data_cfg, objective: str) -> None:
-  """A tokenizer with its own special ids ('hf') feeds causal-LM and MLM windows only."""
-  if getattr(tokenizer, 'uses_tx_specials', True):
-    return
-  packed = data_cfg.lm_sampling == 'packed' or data_cfg.packing
-  if objective in ('causal_lm', 'mlm') and not packed:
-    return
-  what = (f'{objective} with packed rows' if objective != 'seq2seq' else 'objective seq2seq')
-  raise DataError(f'data.tokenizer={getattr(tokenizer, "kind", "hf")}: {what} builds rows with '
-                  f"tx's special ids 0-4 (BOS/EOS), which this tokenizer does not have; "
-                  'only causal_lm and mlm with data.lm_sampling=windows read its batches')
 
 
 def hf_mlm_specials(tokenizer) -> dict[str, Any]:
@@ -425,15 +417,10 @@ def make_pipeline(data_cfg, objective: str, split: str, *, batch_size: int, seed
                     f'check data.files / data.validation_fraction')
   if tokenizer is None:
     tokenizer = dataset_tokenizer(data_cfg, source=source, cache_dir=cache_dir)
-  _check_specials(tokenizer, data_cfg, objective)
   fields = ('source', 'target') if 'source' in records[0] else ('text',)
   cache = Path(cache_dir) / tokenizer_key(tokenizer) / split if cache_dir is not None else None
   tokens, counts = tokenize_split(records, fields, tokenizer, cache=cache)
-  rows = make_rows(data_cfg, objective, tokens, vocab_size=tokenizer.vocab_size, seed=seed,
-                   train=train, eos_id=getattr(tokenizer, 'eos_id', EOS_ID),
-                   zero_is_token=getattr(tokenizer, 'zero_is_token', False),
-                   mlm_specials=(hf_mlm_specials(tokenizer) if objective == 'mlm' and not
-                                 getattr(tokenizer, 'uses_tx_specials', True) else None))
+  rows = make_rows(data_cfg, objective, tokens, tokenizer=tokenizer, seed=seed, train=train)
   pipe = Pipeline(rows, tokenizer=tokenizer, objective=objective, split=split,
                   batch_size=batch_size // shard_count, seed=seed, shard_index=shard_index,
                   shard_count=shard_count, train=train, counts=counts,

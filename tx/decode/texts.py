@@ -18,16 +18,10 @@ import jax
 import numpy as np
 
 from tx.config.base import ConfigError
-from tx.data.tokenizers.base import Tokenizer
+from tx.data.tokenizers.base import special
 from tx.data.tokenizers.specials import EOS_ID, PAD_ID
 from tx.decode.beam import beam_search_lm, beam_search_seq2seq
 from tx.decode.generate import generate_lm, generate_seq2seq, left_pad
-
-
-def special(tokenizer, name: str):
-  """The tokenizer's `name` (bos_id, eos_id, prefix_ids, ...), or tx's default for it
-  (tokenizers written for tests need not define them)."""
-  return getattr(tokenizer, name, getattr(Tokenizer, name))
 
 
 def source_rows(tokenizer, texts: list[str], src_len: int):

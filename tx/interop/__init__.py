@@ -49,15 +49,16 @@ Limitations:
   `bos_id=0` to `tx.decode.generate_seq2seq`.
 - Tokenizers: `tx convert` copies the checkpoint's `tokenizer.json` (+ its tokenizer configs)
   into OUT/tokenizer/ and sets `data.tokenizer=hf`, so `tx generate --workdir OUT --prompt
-  TEXT` works with no further flags and `tx eval` works for decoders given a text dataset
-  (`--set data.dataset=text data.files=...` when converting); commands and the special-id
-  design: `tx/interop/convert.py`, `tx/data/tokenizers/hf.py`. `tx eval` of BERT (MLM) masks
-  with the checkpoint's [MASK] and frames rows [CLS] ... [SEP]; of T5 (seq2seq) with that
-  tokenizer it is a one-line DataError (those batches use tx's ids 0-4);
+  TEXT` works with no further flags and `tx eval` works given a dataset (`--set
+  data.dataset=text data.files=...` for decoders and BERT, `data.dataset=parallel
+  data.source_files=... data.target_files=...` for T5, when converting); commands and the
+  special-id design: `tx/interop/convert.py`, `tx/data/tokenizers/hf.py`. `tx eval` of BERT
+  (MLM) masks with the checkpoint's [MASK] and frames rows [CLS] ... [SEP]; of T5 builds
+  rows as transformers does (source + </s>, decoder inputs from id 0 with segment ids);
   without a tokenizer.json, generate / eval stop with a one-line error saying to add one.
   `tx train --workdir OUT [--set train.steps=N ...]` (no experiment name) fine-tunes a
-  converted run with its own config: it resumes from the step-0 checkpoint (causal LMs on
-  a text dataset with the checkpoint's tokenizer; tests/interop/test_tokenizer.py).
+  converted run with its own config: it resumes from the step-0 checkpoint
+  (tests/interop/test_tokenizer.py for GPT-2, test_t5_tokenizer.py for T5).
 - Not reproduced (ConfigError naming the field): scaled RoPE (`rope_type` other than
   `default`), LLaMA with `attention_bias != mlp_bias`, BLOOM with
   `apply_residual_connection_post_layernorm`, GPT-2 `scale_attn_by_inverse_layer_idx` /

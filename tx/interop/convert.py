@@ -27,11 +27,11 @@ Special ids stay the checkpoint's (see tx/data/tokenizers/hf.py): generation sto
 EOS and starts prompts with the specials its post-processor puts first (LLaMA's <s>); where
 its id 0 is an ordinary token (GPT-2's "!") prompts and windows carry explicit validity, so
 tx matches transformers token for token (tests/interop/test_tokenizer.py). With the hf
-tokenizer `tx eval` reads causal-LM windows and MLM windows (BERT: rows framed [CLS] ...
-[SEP], the checkpoint's [MASK], its specials never masked; its pad id must be 0); packed
-documents and seq2seq rows use tx's special ids 0-4 (a one-line DataError); `tx generate`
-also serves T5 (sources end with </s>, decoding starts at config.json's
-decoder_start_token_id).
+tokenizer `tx eval` / `tx train` read causal-LM rows (windows, or packed documents framed
+by its BOS / EOS), MLM rows (BERT: framed [CLS] ... [SEP], the checkpoint's [MASK], its
+specials never masked; its pad id must be 0) and T5's seq2seq rows (source + </s>; decoder
+inputs start at config.json's decoder_start_token_id, 0, marked real by segment ids;
+tests/interop/test_t5_tokenizer.py); `tx generate` translates with T5 the same way.
 
 Without a tokenizer.json the run keeps the base experiment's tokenizer; convert says so,
 and `tx generate` / `tx eval` stop with one line (vocabulary mismatch) telling you to put

@@ -36,6 +36,12 @@ FORMAT = 'tx-tokenizer'
 FORMAT_VERSION = 1
 
 
+def special(tokenizer, name: str):
+  """The tokenizer's `name` (bos_id, eos_id, prefix_ids, ...), or tx's default for it
+  (tokenizers written for tests need not define them)."""
+  return getattr(tokenizer, name, getattr(Tokenizer, name))
+
+
 class Tokenizer(abc.ABC):
   """Text <-> ids with the fixed special ids of `tx.data.tokenizers.specials`."""
 
@@ -51,7 +57,7 @@ class Tokenizer(abc.ABC):
   # True where id 0 is an ordinary token (GPT-2's "!"), not only padding: prompts and LM
   # windows then carry explicit validity / segment ids and id 0 may be generated.
   zero_is_token: bool = False
-  # ids 0..4 are tx's PAD/BOS/EOS/UNK/MASK (MLM masking, packing and seq2seq rows rely on it)
+  # ids 0..4 are tx's PAD/BOS/EOS/UNK/MASK; False: the roles above say where its specials are
   uses_tx_specials: bool = True
 
   @property

@@ -22,8 +22,10 @@ which ids play which role (`bos_id`, `eos_id`, ...; see `tx.data.tokenizers.base
 
 MLM batches (`tx eval` of a converted BERT) mask with `special_ids['mask']`, never select
 nor draw any of `all_special_ids`, frame rows with prefix / suffix ([CLS] ... [SEP]) and pad
-with id 0, so they need a mask token and pad id 0 (else a one-line DataError); packed rows
-and seq2seq rows use tx's ids 0-4 and are refused.
+with id 0, so they need a mask token and pad id 0 (else a one-line DataError). Packed LM
+rows frame each document with `bos_id` / `eos_id` (MLM: prefix / suffix), seq2seq rows
+as transformers frames a T5 batch: prefix + source + suffix, `decoder_start_id` + target +
+`eos_id` (see tx/data/seq2seq.py), with segment ids since the start may be id 0.
 
 tx's models treat id 0 as padding (`tokens != 0`) unless given segment ids. Where id 0 is
 a special token (pad, unk) that is harmless; where it is an ordinary token (GPT-2's "!"),
