@@ -237,7 +237,7 @@ def test_convert_copies_the_tokenizer_and_records_its_ids(converted):
   run = converted('gpt2')
   config = json.loads((run / 'config.json').read_text())['data']
   assert config['tokenizer'] == 'hf'
-  assert config['tokenizer_path'] == str(run / 'tokenizer' / 'tx_tokenizer.json')
+  assert config['tokenizer_path'] == 'tokenizer/tx_tokenizer.json'  # relative to the run
   assert {p.name for p in (run / 'tokenizer').iterdir()} >= {
       'tokenizer.json', 'tokenizer_config.json', 'tx_tokenizer.json'}
   header = json.loads((run / 'tokenizer' / 'tx_tokenizer.json').read_text())
@@ -364,6 +364,10 @@ def test_train_without_an_experiment_fine_tunes_a_converted_run(converted, tmp_p
   assert 'resuming from checkpoint at step 0' in out.err + out.out
   cfg, after, _, step = load_run(run)
   assert step == 2 and cfg.data.tokenizer == 'hf'
+  # the copied directory reads its own tokenizer, and keeps it run-relative
+  assert cfg.data.tokenizer_path == str(run.resolve() / 'tokenizer' / 'tx_tokenizer.json')
+  assert json.loads((run / 'config.json').read_text())['data']['tokenizer_path'] == (
+      'tokenizer/tx_tokenizer.json')
   moved = jax.tree_util.tree_map(lambda a, b: not np.array_equal(a, b), before.params,
                                  after.params)
   assert all(jax.tree_util.tree_leaves(moved))

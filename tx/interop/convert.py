@@ -9,8 +9,9 @@ The checkpoint's tokenizer. When DIR holds a `tokenizer.json` (a Hugging Face fa
 tokenizer), it is copied byte for byte to OUT/tokenizer/ with `tokenizer_config.json` and
 `special_tokens_map.json` if present, tx's header OUT/tokenizer/tx_tokenizer.json records
 its special ids (from those files, else DIR/config.json), and the run gets
-`data.tokenizer=hf data.tokenizer_path=OUT/tokenizer/tx_tokenizer.json` (an absolute path,
-unless `--set data.tokenizer=...` chooses otherwise). Then, with no further flags:
+`data.tokenizer=hf data.tokenizer_path=OUT/tokenizer/tx_tokenizer.json` (unless `--set
+data.tokenizer=...` chooses otherwise; config.json stores it relative to OUT, so the run
+directory can be moved or copied whole). Then, with no further flags:
 
     tx convert --hf ckpt/gpt2 --workdir runs/gpt2
     tx generate --workdir runs/gpt2 --prompt "Hello, my name is" --set decode.max_len=20
@@ -135,7 +136,7 @@ def convert(hf_dir, workdir, *, experiment: str | None = None,
       if (hf_dir / file).is_file():
         (header.parent / file).write_bytes((hf_dir / file).read_bytes())
     tokenizer.save(header)  # tokenizer.json, byte for byte, then the header
-  run_dir.write_json(workdir / run_dir.CONFIG, run_dir.config_dict(cfg))
+  run_dir.write_json(workdir / run_dir.CONFIG, run_dir.config_dict(cfg, workdir))
   ckpt = Checkpointer(ckpt_dir, keep=cfg.train.keep_checkpoints, async_save=False)
   try:
     ckpt.save(0, state, meta={'best_eval': None, 'wall_time_s': 0.0,

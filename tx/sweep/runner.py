@@ -22,8 +22,9 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from tx.config.base import ConfigError, flatten_dict, to_dict
+from tx.config.base import ConfigError, flatten_dict
 from tx.sweep.spec import Run, Sweep, plan, select
+from tx.train import run_dir
 
 SWEEP_JSON = 'sweep.json'
 # Filled in by training from the data (the tokenizer), so never a difference in config.
@@ -51,7 +52,7 @@ def config_diff(run: Run) -> list[str]:
     old = _flat(json.loads(path.read_text()))
   except (OSError, ValueError):
     return [f'{path} is unreadable']
-  new = _flat(json.loads(json.dumps(to_dict(run.config))))
+  new = _flat(json.loads(json.dumps(run_dir.config_dict(run.config, run.dir))))
   keys = sorted((set(old) | set(new)) - _RESOLVED_KEYS)
   return [f'{k}: {old.get(k)!r} -> {new.get(k)!r}' for k in keys if old.get(k) != new.get(k)]
 

@@ -20,7 +20,6 @@ import flax.linen as nn
 import jax
 import numpy as np
 
-from tx.config.base import to_dict
 from tx.config.experiment import ExperimentConfig
 from tx.models.build import build_model, count_params
 from tx.tasks import make_task, summarize
@@ -120,7 +119,7 @@ def train(cfg: ExperimentConfig, workdir: str | Path, *, quiet: bool = False) ->
     sharded = state_shardings(model, optimizer, cfg.model, mesh, rules, cfg.train.seed)
   workdir.mkdir(parents=True, exist_ok=True)
   if jax.process_index() == 0:
-    run_dir.write_json(workdir / run_dir.CONFIG, to_dict(cfg))
+    run_dir.write_json(workdir / run_dir.CONFIG, run_dir.config_dict(cfg, workdir))
   _report_data(train_pipe, 'train')
 
   ckpt = Checkpointer(workdir / run_dir.CHECKPOINTS, keep=cfg.train.keep_checkpoints,

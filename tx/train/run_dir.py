@@ -60,13 +60,19 @@ def check_workdir(workdir: str | Path, experiment: str) -> Path:
 
 
 def load_run_config(workdir: str | Path):
-  """The ExperimentConfig a run directory was trained with."""
+  """The ExperimentConfig a run directory was trained with (a relative data.tokenizer_path
+  is relative to the run directory: see `config_dict`)."""
   from tx.config.experiment import ExperimentConfig  # pylint: disable=g-import-not-at-top
   path = Path(workdir) / CONFIG
   if not path.exists():
     raise ConfigError(f'--workdir: {path} not found; point --workdir at a directory made by '
                       '`tx train`')
-  return from_dict(ExperimentConfig, read_json(path))
+  cfg = from_dict(ExperimentConfig, read_json(path))
+  tokenizer = cfg.data.tokenizer_path
+  if tokenizer is not None and not Path(tokenizer).expanduser().is_absolute():
+    cfg = cfg.replace(data=cfg.data.replace(
+        tokenizer_path=str(Path(workdir).expanduser().resolve() / tokenizer)))
+  return cfg
 
 
 class MetricsWriter:
@@ -144,5 +150,15 @@ def _plain(v):
   return float(v) if hasattr(v, '__float__') and not isinstance(v, (int, bool)) else v
 
 
-def config_dict(cfg) -> dict:
-  return to_dict(cfg)
+def config_dict(cfg, workdir: str | Path) -> dict:
+  """config.json's contents. data.tokenizer_path is stored relative to the run directory
+  when it lies inside it (`tx convert` copies a checkpoint's tokenizer there), so a run
+  directory can be moved or copied whole; any other path is stored absolute."""
+  d = to_dict(cfg)
+  tokenizer = cfg.data.tokenizer_path
+  if tokenizer is not None:
+    path = Path(tokenizer).expanduser().resolve()
+    root = Path(workdir).expanduser().resolve()
+    d['data']['tokenizer_path'] = str(path.relative_to(root) if path.is_relative_to(root)
+                                      else path)
+  return d
