@@ -11,7 +11,10 @@ tokenizer), it is copied byte for byte to OUT/tokenizer/ with `tokenizer_config.
 its special ids (from those files, else DIR/config.json), and the run gets
 `data.tokenizer=hf data.tokenizer_path=OUT/tokenizer/tx_tokenizer.json` (unless `--set
 data.tokenizer=...` chooses otherwise; config.json stores it relative to OUT, so the run
-directory can be moved or copied whole). Then, with no further flags:
+directory can be moved or copied whole). A checkpoint with only a slow tokenizer's files
+(vocab.json + merges.txt, spiece.model, tokenizer.model, vocab.txt) gets them converted to a
+tokenizer.json by transformers' AutoTokenizer first (tx/interop/slow_tokenizer.py). Then,
+with no further flags:
 
     tx convert --hf ckpt/gpt2 --workdir runs/gpt2
     tx generate --workdir runs/gpt2 --prompt "Hello, my name is" --set decode.max_len=20
@@ -41,6 +44,7 @@ the checkpoint's tokenizer.json in DIR and convert again.
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
 import jax
@@ -50,6 +54,7 @@ from tx.config.base import ConfigError, override, parse_overrides
 from tx.config.experiment import ExperimentConfig
 from tx.data.tokenizers.hf import CONFIG_FILES, HEADER_FILE, HF_FILE, HfTokenizer
 from tx.interop.load import load_hf
+from tx.interop.slow_tokenizer import convert_slow_tokenizer, slow_files
 from tx.train import run_dir
 from tx.train.checkpoint import Checkpointer
 from tx.train.optimizer import make_optimizer
@@ -86,13 +91,22 @@ def converted_config(model_cfg, base: ExperimentConfig | None, overrides: dict,
   return override(cfg, overrides) if overrides else cfg
 
 
-def checkpoint_tokenizer(hf_dir, model_cfg) -> HfTokenizer | None:
-  """The checkpoint's tokenizer.json with its special ids, or None when it has none."""
-  if not (Path(hf_dir) / HF_FILE).is_file():
-    return None
-  tokenizer = HfTokenizer.from_files(hf_dir)
+def tokenizer_folder(hf_dir: Path, scratch: Path) -> Path | None:
+  """Where the checkpoint's fast tokenizer is: `hf_dir` when it holds a tokenizer.json,
+  `scratch` after converting its slow tokenizer files there (see slow_tokenizer.py), or
+  None when it has neither."""
+  if (hf_dir / HF_FILE).is_file():
+    return hf_dir
+  if slow_files(hf_dir) is not None:
+    return convert_slow_tokenizer(hf_dir, scratch)
+  return None
+
+
+def checkpoint_tokenizer(folder: Path, model_cfg) -> HfTokenizer:
+  """The tokenizer.json in `folder` with its special ids, checked against the model."""
+  tokenizer = HfTokenizer.from_files(folder)
   if tokenizer.vocab_size > model_cfg.vocab_size:
-    raise ConfigError(f'{Path(hf_dir) / HF_FILE} has {tokenizer.vocab_size} ids but the model '
+    raise ConfigError(f'{folder / HF_FILE} has {tokenizer.vocab_size} ids but the model '
                       f'only {model_cfg.vocab_size}: it is not this checkpoint\'s tokenizer')
   return tokenizer
 
@@ -101,14 +115,24 @@ def convert(hf_dir, workdir, *, experiment: str | None = None,
             overrides: dict | None = None) -> Path:
   """Imports `hf_dir` and writes the run directory `workdir`; returns it.
 
-  With a tokenizer.json in `hf_dir` (and no data.tokenizer override) the run gets
-  data.tokenizer=hf, reading OUT/tokenizer/ (tokenizer.json, the tokenizer configs beside
-  it, and tx's header recording the special ids).
+  With a tokenizer.json in `hf_dir`, or slow tokenizer files transformers converts to one
+  (and no data.tokenizer override), the run gets data.tokenizer=hf, reading OUT/tokenizer/
+  (tokenizer.json, the tokenizer configs beside it, and tx's header recording the special
+  ids).
   """
   model_cfg, params = load_hf(hf_dir)
   hf_dir = Path(hf_dir).expanduser().resolve()
   overrides = dict(overrides or {})
-  tokenizer = None if 'data.tokenizer' in overrides else checkpoint_tokenizer(hf_dir, model_cfg)
+  with tempfile.TemporaryDirectory() as scratch:
+    folder = None if 'data.tokenizer' in overrides else tokenizer_folder(hf_dir, Path(scratch))
+    tokenizer = None if folder is None else checkpoint_tokenizer(folder, model_cfg)
+    return _write_run(hf_dir, workdir, model_cfg, params, experiment, overrides, tokenizer,
+                      folder)
+
+
+def _write_run(hf_dir, workdir, model_cfg, params, experiment, overrides, tokenizer, folder):
+  """convert()'s second half: config.json, OUT/tokenizer/ (from `folder`) and the step-0
+  checkpoint, written only after every check has passed."""
   header = Path(workdir).expanduser().resolve() / TOKENIZER_DIR / HEADER_FILE
   if tokenizer is not None:
     overrides.update({'data.tokenizer': 'hf', 'data.tokenizer_path': str(header)})
@@ -133,8 +157,8 @@ def convert(hf_dir, workdir, *, experiment: str | None = None,
   if tokenizer is not None:
     header.parent.mkdir(parents=True, exist_ok=True)
     for file in CONFIG_FILES:  # for transformers' AutoTokenizer.from_pretrained(OUT/tokenizer)
-      if (hf_dir / file).is_file():
-        (header.parent / file).write_bytes((hf_dir / file).read_bytes())
+      if (folder / file).is_file():
+        (header.parent / file).write_bytes((folder / file).read_bytes())
     tokenizer.save(header)  # tokenizer.json, byte for byte, then the header
   run_dir.write_json(workdir / run_dir.CONFIG, run_dir.config_dict(cfg, workdir))
   ckpt = Checkpointer(ckpt_dir, keep=cfg.train.keep_checkpoints, async_save=False)
@@ -157,7 +181,8 @@ def cli(args) -> int:
         f'{m.position}); checkpoint at step 0')
   if cfg.data.tokenizer == 'hf':
     print(f'tokenizer: data.tokenizer=hf, data.tokenizer_path={cfg.data.tokenizer_path}')
-  elif not (Path(args.hf).expanduser() / HF_FILE).is_file():
-    print(f'tokenizer: {args.hf} has no {HF_FILE}, so tx generate / tx eval cannot encode '
-          f'text for this run; put the checkpoint\'s {HF_FILE} there and convert again')
+  elif 'data.tokenizer' not in parse_overrides(args.set):
+    print(f'tokenizer: {args.hf} has no {HF_FILE} (nor slow tokenizer files), so tx generate '
+          f'/ tx eval cannot encode text for this run; put the checkpoint\'s {HF_FILE} there '
+          'and convert again')
   return 0
