@@ -1,8 +1,8 @@
 """`tx plan`: per-device memory follows the sharding, the CLI's output, verdict and errors.
 
 One child process with 8 simulated CPU devices compiles a tiny decoder (2 layers, d 64, 4 heads,
-d_ff 128, vocab 512, batch 16 x 32) for data=8 and fsdp=8; one `tx plan` subprocess compiles
-fsdp=4 x tensor=2 and checks the table, --json and the verdict (three compiles in all). Every dimension is a multiple of 8, so every
+d_ff 128, vocab 512, batch 16 x 32) for data=8, fsdp=8 and data=2 x fsdp=4; one `tx plan` subprocess compiles
+fsdp=4 x tensor=2 and checks the table, --json and the verdict (four compiles in all). Every dimension is a multiple of 8, so every
 parameter has an axis the fsdp rule ('embed' -> fsdp) splits: params and AdamW moments divide
 by 8 exactly; the only replicated optimizer leaves are scalars (AdamW's step count), whose
 bytes we bound by 64. Errors are checked in-process: no XLA compile (shapes are traced only).
@@ -20,7 +20,7 @@ from tx.cli import main
 SETS = ['model.d_model=64', 'model.num_heads=4', 'model.d_ff=128', 'model.num_layers=2',
         'model.max_len=32', 'data.tokenizer=bpe',
         'data.vocab_size=512', 'data.seq_len=32', 'train.batch_size=16']
-MESHES = {'data8': {'data': 8}, 'fsdp8': {'fsdp': 8}}
+MESHES = {'data8': {'data': 8}, 'fsdp8': {'fsdp': 8}, 'data2_fsdp4': {'data': 2, 'fsdp': 4}}
 STATE_SCALARS = 4 + 8 + 4  # TrainState.step (int32), rng (2 x uint32), skips (int32)
 
 CHILD = r'''
@@ -54,7 +54,7 @@ def plans(tt):
   r = subprocess.run([tt.python, '-c', CHILD, json.dumps(SETS), json.dumps(MESHES)],
                      env=tt.env(), capture_output=True, text=True, timeout=300, check=False)
   assert r.returncode == 0, r.stderr[-3000:]
-  return json.loads(r.stdout.splitlines()[-1])
+  return dict(json.loads(r.stdout.splitlines()[-1]), stderr=r.stderr)
 
 
 def test_importing_tx_leaves_the_backend_alone(plans):
@@ -80,6 +80,13 @@ def test_fsdp_divides_params_and_optimizer_by_the_devices(plans):
                                 + p['temp_bytes'] + p['code_bytes'])
   assert data['argument_bytes'] - fsdp['argument_bytes'] == (data['param_bytes'] + moments) * 7 // 8
   assert fsdp['total_bytes'] < data['total_bytes']
+
+
+def test_data_and_fsdp_together_compile_without_a_full_rematerialization(plans):
+  """Batch-sharded activations meet embed-sharded tables only through an all-gather: XLA
+  would otherwise replicate whole activations (the embedding lookup and its gradient)."""
+  assert plans['data2_fsdp4']['devices'] == 8
+  assert 'Involuntary full rematerialization' not in plans['stderr'], plans['stderr'][-3000:]
 
 
 def test_tensor_axis_halves_the_sharded_matrices(plans):

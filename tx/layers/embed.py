@@ -7,7 +7,19 @@ import jax.numpy as jnp
 
 from tx import ops
 from tx.config.base import choice, config
-from tx.layers.common import dtype, partitioned
+from tx.layers.common import constrain, dtype, partitioned
+
+
+def gathered(table_ND, rows: str):
+  """The table with its embed dimension whole (under fsdp: all-gathered), rows as `rows`.
+
+  A lookup from an embed-sharded table gives embed-sharded rows, which the batch-sharded
+  activations cannot take without a full rematerialization, and the gradient's
+  scatter-add of batch-sharded rows into an embed-sharded table is the same reshard
+  backwards (XLA warns "Involuntary full rematerialization"). Gathering the table first is
+  what fsdp does for every weight; its gradient is reduce-scattered back to the shards.
+  """
+  return constrain(table_ND, (rows, None))
 
 
 @config
@@ -33,7 +45,7 @@ class Embed(nn.Module):
 
   def __call__(self, tokens_BL):
     cfg = self.cfg
-    x_BLD = jnp.take(self.embedding, tokens_BL, axis=0).astype(dtype(cfg.dtype))
+    x_BLD = jnp.take(gathered(self.embedding, 'vocab'), tokens_BL, axis=0).astype(dtype(cfg.dtype))
     if cfg.scale_by_sqrt_dim:
       x_BLD = x_BLD * jnp.sqrt(jnp.asarray(cfg.d_model, dtype(cfg.dtype)))
     return x_BLD
@@ -69,4 +81,5 @@ class PositionEmbedding(nn.Module):
     table = self.param('embedding',
                        partitioned(nn.initializers.normal(0.02), ('length', 'embed')),
                        (cfg.max_len, cfg.d_model), dtype(cfg.param_dtype))
-    return jnp.take(table, positions_BL, axis=0, mode='clip').astype(dtype(cfg.dtype))
+    return jnp.take(gathered(table, 'length'), positions_BL, axis=0,
+                    mode='clip').astype(dtype(cfg.dtype))
