@@ -32,7 +32,7 @@ from tx.train.mesh import batch_divisor, batch_sharding, global_batch, logical_r
 from tx.train.optimizer import make_optimizer
 from tx.train.preemption import Preempted, PreemptionGuard
 from tx.train.state import init_state, state_shardings
-from tx.train.step import jit_train_step, make_eval_step, make_train_step
+from tx.train.step import configured_train_step, make_eval_step
 
 log = logging.getLogger('tx.train')
 
@@ -152,10 +152,8 @@ def _run(cfg, workdir, task, model, optimizer, schedule, mesh, sharded, ckpt, wr
   step = int(jax.device_get(state.step))
   params_count = count_params(state.params)
 
-  dropout = cfg.model.dropout > 0 or cfg.model.attention_dropout > 0
-  step_fn = make_train_step(model, task, optimizer, accum_steps=cfg.optim.grad_accum_steps,
-                            skip_nonfinite=cfg.train.nan_policy == 'skip', dropout=dropout)
-  train_step = jit_train_step(step_fn, shardings, batch_sharding(mesh))
+  train_step = configured_train_step(cfg, model, task, optimizer, shardings,
+                                     batch_sharding(mesh))
   eval_step = jax.jit(make_eval_step(model, task))
 
   spec = train_pipe.batch_spec()

@@ -43,7 +43,7 @@ from tx.train.flops import flops_per_step
 from tx.train.mesh import AXES, batch_sharding, logical_rules, make_mesh
 from tx.train.optimizer import make_optimizer
 from tx.train.state import state_shardings
-from tx.train.step import jit_train_step, make_train_step
+from tx.train.step import configured_train_step
 
 GiB = 1024 ** 3
 _UNITS = {'': 1, 'k': 1024, 'm': 1024 ** 2, 'g': GiB, 't': 1024 ** 4}
@@ -235,14 +235,12 @@ def plan(cfg: ExperimentConfig, mesh_sizes: dict[str, int] | None = None,
   optimizer, _ = make_optimizer(cfg.optim, total_steps=cfg.train.steps, d_model=cfg.model.d_model)
   rules = logical_rules(cfg.mesh)
   spec = batch_shapes(cfg.data, task.name, cfg.train.batch_size)
-  dropout = cfg.model.dropout > 0 or cfg.model.attention_dropout > 0
   # As in tx.train.loop: shardings, step and lowering under the mesh and the logical rules.
   with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
     abstract, shardings = state_shardings(model, optimizer, cfg.model, mesh, rules,
                                           cfg.train.seed)
-    step_fn = make_train_step(model, task, optimizer, accum_steps=cfg.optim.grad_accum_steps,
-                              skip_nonfinite=cfg.train.nan_policy == 'skip', dropout=dropout)
-    train_step = jit_train_step(step_fn, shardings, batch_sharding(mesh))
+    train_step = configured_train_step(cfg, model, task, optimizer, shardings,
+                                       batch_sharding(mesh))
     batch = {k: jax.ShapeDtypeStruct(shape, dtype, sharding=batch_sharding(mesh))
              for k, (shape, dtype) in spec.items()}
     t0 = time.perf_counter()

@@ -80,6 +80,17 @@ def jit_train_step(step_fn, state_shardings, batch_sharding):
                  out_shardings=(state_shardings, None), donate_argnums=(0,))
 
 
+def configured_train_step(cfg, model, task: Task, optimizer: optax.GradientTransformation,
+                          state_shardings, batch_sharding):
+  """`jit_train_step` of the step `cfg` (an ExperimentConfig) describes: its gradient
+  accumulation, its non-finite policy, dropout when the model has any. `tx train` and
+  `tx plan` build their step here, so the plan compiles what training runs."""
+  dropout = cfg.model.dropout > 0 or cfg.model.attention_dropout > 0
+  step_fn = make_train_step(model, task, optimizer, accum_steps=cfg.optim.grad_accum_steps,
+                            skip_nonfinite=cfg.train.nan_policy == 'skip', dropout=dropout)
+  return jit_train_step(step_fn, state_shardings, batch_sharding)
+
+
 def make_eval_step(model, task: Task):
   """eval(params, batch) -> metric sums (deterministic: no dropout)."""
   def eval_step(params, batch):
