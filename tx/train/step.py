@@ -54,7 +54,7 @@ def make_train_step(model, task: Task, optimizer: optax.GradientTransformation, 
       zeros_s = {k: jnp.zeros((), jnp.float32) for k in STEP_METRICS}
       (grads, sums), _ = jax.lax.scan(
           micro, (zeros_g, zeros_s), (_split_micro(batch, accum_steps), jnp.arange(accum_steps)))
-    grad_norm = optax.global_norm(grads)
+    grad_norm = optax.tree.norm(grads)
     loss = sums['loss_sum'] / weight_total + sums['aux_loss_sum'] / accum_steps
     finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
     updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
