@@ -86,3 +86,14 @@ def test_without_transformers_a_slow_tokenizer_is_a_one_line_error(tmp_path, bui
     convert(ckpt, tmp_path / 'run')
   assert '\n' not in str(e.value)
   assert not (tmp_path / 'run').exists()  # nothing half-written
+
+
+def test_a_tokenizer_larger_than_the_model_names_the_checkpoint_files(tmp_path, build_reference):
+  ckpt = tmp_path / 'ckpt'
+  ckpt.mkdir()
+  t5_slow(ckpt, build_reference)
+  build_reference('t5_relu', 100).save_pretrained(ckpt)  # 140 token ids do not fit 100 rows
+  with pytest.raises(ConfigError, match=r'ckpt/spiece.model: 140 token ids but the model only '
+                                        r'100') as e:
+    convert(ckpt, tmp_path / 'run')
+  assert '\n' not in str(e.value) and not (tmp_path / 'run').exists()

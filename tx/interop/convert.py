@@ -37,7 +37,8 @@ specials never masked; its pad id must be 0) and T5's seq2seq rows (source + </s
 inputs start at config.json's decoder_start_token_id, 0, marked real by segment ids;
 tests/interop/test_t5_tokenizer.py); `tx generate` translates with T5 the same way.
 
-Without a tokenizer.json the run keeps the base experiment's tokenizer; convert says so,
+Without a tokenizer.json (nor slow tokenizer files) the run keeps the base experiment's
+tokenizer; convert says so,
 and `tx generate` / `tx eval` stop with one line (vocabulary mismatch) telling you to put
 the checkpoint's tokenizer.json in DIR and convert again.
 """
@@ -102,11 +103,13 @@ def tokenizer_folder(hf_dir: Path, scratch: Path) -> Path | None:
   return None
 
 
-def checkpoint_tokenizer(folder: Path, model_cfg) -> HfTokenizer:
-  """The tokenizer.json in `folder` with its special ids, checked against the model."""
+def checkpoint_tokenizer(folder: Path, model_cfg, hf_dir: Path) -> HfTokenizer:
+  """The tokenizer.json in `folder` with its special ids, checked against the model
+  (errors name the checkpoint's own files, not a scratch folder of a conversion)."""
   tokenizer = HfTokenizer.from_files(folder)
   if tokenizer.vocab_size > model_cfg.vocab_size:
-    raise ConfigError(f'{folder / HF_FILE} has {tokenizer.vocab_size} ids but the model '
+    files = HF_FILE if folder == hf_dir else ' + '.join(slow_files(hf_dir) or ())
+    raise ConfigError(f'{hf_dir}/{files}: {tokenizer.vocab_size} token ids but the model '
                       f'only {model_cfg.vocab_size}: it is not this checkpoint\'s tokenizer')
   return tokenizer
 
@@ -125,7 +128,7 @@ def convert(hf_dir, workdir, *, experiment: str | None = None,
   overrides = dict(overrides or {})
   with tempfile.TemporaryDirectory() as scratch:
     folder = None if 'data.tokenizer' in overrides else tokenizer_folder(hf_dir, Path(scratch))
-    tokenizer = None if folder is None else checkpoint_tokenizer(folder, model_cfg)
+    tokenizer = None if folder is None else checkpoint_tokenizer(folder, model_cfg, hf_dir)
     return _write_run(hf_dir, workdir, model_cfg, params, experiment, overrides, tokenizer,
                       folder)
 
