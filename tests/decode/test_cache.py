@@ -1,5 +1,5 @@
-"""Cached generation equals recomputing the full forward pass; the encoder and the
-cross-attention keys/values are computed once per batch."""
+"""Cached generation equals recomputing the full forward pass (also when the cache grows
+in segments); the encoder and the cross-attention keys/values are computed once per batch."""
 
 import collections
 
@@ -11,7 +11,7 @@ import pytest
 
 import tx
 from tx.decode.beam import beam_search_seq2seq
-from tx.decode.generate import generate_lm, generate_seq2seq
+from tx.decode.generate import cache_schedule, generate_lm, generate_seq2seq
 from tx.decode.reference import generate_lm_uncached
 from tx.decode.steps import empty_cache, prompt_positions
 
@@ -42,18 +42,26 @@ def _teacher_forced(model, params, inputs, tokens_BT):
   return model.apply({'params': params}, inputs, jnp.concatenate([bos, tokens_BT[:, :-1]], 1))
 
 
-def _cached_and_reference(dm, cfg):
+def _cached_and_reference(dm, cfg, max_new=MAX_NEW, cache_segments=None):
   """jit(params, inputs) -> (tokens, cached logits, reference logits): one compile."""
-  if cfg not in _CHECKS:
+  key = cfg, max_new, cache_segments
+  if key not in _CHECKS:
     generate = generate_lm if cfg.family == 'decoder' else generate_seq2seq
     model = tx.build_model(cfg)
 
     def check(params, inputs):
-      tokens, logits = generate(cfg, params, inputs, jax.random.key(0), max_new=MAX_NEW,
-                                eos_id=-1, return_logits=True)
+      tokens, logits = generate(cfg, params, inputs, jax.random.key(0), max_new=max_new,
+                                eos_id=-1, return_logits=True, cache_segments=cache_segments)
       return tokens, logits, _teacher_forced(model, params, inputs, tokens)
-    _CHECKS[cfg] = dm.quick_jit(check)
-  return _CHECKS[cfg]
+    _CHECKS[key] = dm.quick_jit(check)
+  return _CHECKS[key]
+
+
+def _check_against_reference(dm, cfg, **kw):
+  tokens, logits, ref = _cached_and_reference(dm, cfg, **kw)(dm.params(cfg), dm.inputs(cfg))
+  np.testing.assert_allclose(logits, ref, atol=ATOL)
+  ref_tokens = jnp.argmax(ref.at[..., 0].set(-jnp.inf), axis=-1)  # PAD is never generated
+  np.testing.assert_array_equal(tokens, ref_tokens)
 
 
 @pytest.mark.parametrize('extra', CASES, ids=lambda d: '-'.join(f'{k}={v}' for k, v in d.items()))
@@ -61,11 +69,23 @@ def _cached_and_reference(dm, cfg):
 def test_cached_greedy_equals_full_forward(dm, family, extra):
   """Same tokens and logits; row 0 of the prompts is left-padded, row 1 of the sources
   right-padded, so cached slots and positions of padded rows are exercised."""
-  cfg = dm.tiny(family, **extra)
-  tokens, logits, ref = _cached_and_reference(dm, cfg)(dm.params(cfg), dm.inputs(cfg))
-  np.testing.assert_allclose(logits, ref, atol=ATOL)
-  ref_tokens = jnp.argmax(ref.at[..., 0].set(-jnp.inf), axis=-1)  # PAD is never generated
-  np.testing.assert_array_equal(tokens, ref_tokens)
+  _check_against_reference(dm, dm.tiny(family, **extra))
+
+
+def test_cache_schedule_splits_long_generations_only():
+  assert cache_schedule(16, 256) == ((0, 80), (64, 144), (128, 208), (192, 272))
+  assert cache_schedule(1, 200) == ((0, 68), (67, 134), (133, 201))
+  assert cache_schedule(5, 127) == ((0, 132),)  # one segment: the full cache
+  assert cache_schedule(5, 7, segments=3) == ((0, 7), (2, 10), (5, 12))
+  with pytest.raises(ValueError, match='cache_segments must be between 1 and max_new'):
+    cache_schedule(5, 7, segments=8)
+
+
+@pytest.mark.parametrize('family', ['decoder', 'encoder_decoder'])
+def test_cache_grown_in_segments_decodes_like_the_full_forward(dm, family):
+  """7 new tokens in 3 segments (cache lengths P+2, P+5, P+7): the padded slots, the
+  scanned layer axis and the relative position bias over key positions all follow."""
+  _check_against_reference(dm, dm.tiny(family, **CASES[4]), max_new=7, cache_segments=3)
 
 
 def test_cached_sampling_equals_uncached_loop(dm):

@@ -149,8 +149,8 @@ def beam_search_lm(cfg: ModelConfig, params, prompt_BP, *, beams: int = 4, max_l
   prompt_valid / pad_id: as in `generate_lm` (vocabularies where id 0 is a real token).
   """
   b, p = prompt_BP.shape
-  step, logits, cache, lengths = lm_stepper(cfg, params, prompt_BP, p + max_len,
-                                            prompt_valid_BP=prompt_valid)
+  step, logits, cache, lengths, _ = lm_stepper(cfg, params, prompt_BP, p + max_len,
+                                               prompt_valid_BP=prompt_valid)
   cache, logits, lengths = (repeat_beams(x, beams) for x in (cache, logits, lengths))
   step_fn = lambda cache, tok, t: step(cache, tok, (lengths + t)[:, None])
   return search(step_fn, cache, logits, b, beams, max_len=max_len, alpha=alpha, eos_id=eos_id,
@@ -166,8 +166,8 @@ def beam_search_seq2seq(cfg: ModelConfig, params, src_BS, *, beams: int = 4, max
   keys/values are projected once, at the BOS step; decoding starts from `bos_id`.
   """
   b = src_BS.shape[0]
-  step, logits, cache, _ = seq2seq_stepper(cfg, params, src_BS, max_len + 1, repeat=beams,
-                                           bos_id=bos_id)
+  step, logits, cache, _, _ = seq2seq_stepper(cfg, params, src_BS, max_len + 1, repeat=beams,
+                                              bos_id=bos_id)
   step_fn = lambda cache, tok, t: step(cache, tok, jnp.full((b * beams, 1), t + 1, jnp.int32))
   return search(step_fn, cache, logits, b, beams, max_len=max_len, alpha=alpha, eos_id=eos_id)
 

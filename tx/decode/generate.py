@@ -2,10 +2,15 @@
 
 The prompt is prefilled in one pass; then one token per step inside a jitted
 `lax.while_loop` (no Python loop per token, one compile per shape) that stops early
-once every row has emitted EOS. Prompts are LEFT-padded (pad id 0) so every row's
-last prompt token sits in the same slot; positions count real tokens only, so
-absolute position schemes see 0, 1, 2, ... per row. PAD is never generated (a fed-back
-pad would be masked out of attention); a finished row emits PAD after its EOS.
+once every row has emitted EOS. Long generations grow the KV cache in up to
+`MAX_SEGMENTS` segments (one while_loop each; `cache_schedule`), so early steps do
+not read the empty slots at the end of the cache: each step reads its whole cache
+from memory, and with a full-length cache half of that is empty on average.
+
+Prompts are LEFT-padded (pad id 0) so every row's last prompt token sits in the same
+slot; positions count real tokens only, so absolute position schemes see 0, 1, 2, ...
+per row. PAD is never generated (a fed-back pad would be masked out of attention); a
+finished row emits PAD after its EOS.
 
 Vocabularies whose id 0 is a real token (GPT-2's "!", data.tokenizer=hf) pass
 `prompt_valid` (which prompt slots are real) and `pad_id=-1`: then id 0 in a prompt is
@@ -26,9 +31,31 @@ from tx.decode.steps import lm_stepper, seq2seq_stepper
 from tx.ops.sampling import NEG_INF
 
 __all__ = ['BOS_ID', 'EOS_ID', 'PAD_ID', 'generate_lm', 'generate_seq2seq', 'left_pad',
-           'decode_loop']
+           'decode_loop', 'cache_schedule']
 
-_STATIC = ('cfg', 'max_new', 'strategy', 'top_k', 'eos_id', 'return_logits')
+_STATIC = ('cfg', 'max_new', 'strategy', 'top_k', 'eos_id', 'return_logits', 'cache_segments')
+# Each segment compiles the step once more (~1-1.5 s for a 6-layer model on 2 cores), so
+# by default only generations of >= 2 * SEGMENT_STEPS tokens are split, into at most
+# MAX_SEGMENTS (6 layers, d 384, 256 new tokens: 4 segments decode 11-16 % faster than
+# one; benchmarks/NOTES.md).
+SEGMENT_STEPS = 64
+MAX_SEGMENTS = 4
+
+
+def cache_schedule(prefilled: int, max_new: int,
+                   segments: int | None = None) -> tuple[tuple[int, int], ...]:
+  """((first step, cache slots), ...) per segment of a `max_new`-token decode.
+
+  Step t writes slot `prefilled + t`, so the segment ending before step e needs
+  `prefilled + e` slots; the last segment's cache is the full `prefilled + max_new`.
+  segments: how many (at most max_new); None: max_new // SEGMENT_STEPS, between 1 and
+  MAX_SEGMENTS.
+  """
+  if segments is not None and not 1 <= segments <= max(1, max_new):
+    raise ValueError(f'cache_segments must be between 1 and max_new ({max_new}), got {segments}')
+  n = segments or max(1, min(MAX_SEGMENTS, max_new // SEGMENT_STEPS))
+  ends = [round(max_new * (j + 1) / n) for j in range(n)]
+  return tuple((start, prefilled + end) for start, end in zip([0] + ends[:-1], ends))
 
 
 def left_pad(prompts: list[list[int]], length: int | None = None):
@@ -51,7 +78,8 @@ def choose(rng, logits_BV, *, strategy: str, temperature=1.0, top_k: int = 0, to
 
 def decode_loop(step_fn, cache, logits_BV, positions_B, rng, *, max_new: int,
                 strategy: str = 'greedy', temperature=1.0, top_k: int = 0, top_p=1.0,
-                eos_id: int = EOS_ID, return_logits: bool = False, pad_id: int = PAD_ID):
+                eos_id: int = EOS_ID, return_logits: bool = False, pad_id: int = PAD_ID,
+                resize=None, schedule=()):
   """Choose a token, feed it back, `max_new` times or until every row has emitted EOS.
 
   Args:
@@ -60,6 +88,9 @@ def decode_loop(step_fn, cache, logits_BV, positions_B, rng, *, max_new: int,
     rng: step t samples with fold_in(rng, t), so a seed reproduces a sample.
     eos_id: -1 never stops (benchmarks).
     pad_id: never chosen (-1: every id may be; for vocabularies where id 0 is a token).
+    resize, schedule: grow the cache as it fills: before step `t` of each (t, slots)
+      in `schedule` the cache becomes `resize(cache, slots)` (`cache_schedule`, minus
+      its first segment; a Stepper's resize). Default: the cache is never resized.
   Returns:
     tokens int32 [B, max_new] (EOS included, PAD after it), and with return_logits
     the logits [B, max_new, V] each token was chosen from (zeros where not decoded).
@@ -68,9 +99,9 @@ def decode_loop(step_fn, cache, logits_BV, positions_B, rng, *, max_new: int,
   tokens = jnp.full((b, max_new), PAD_ID, jnp.int32)
   seen = jnp.zeros((b, max_new, v) if return_logits else (0,), jnp.float32)
 
-  def cond(s):
+  def cond(s, end):
     t, _, _, finished, _, _ = s
-    return (t < max_new) & ~jnp.all(finished)
+    return (t < end) & ~jnp.all(finished)
 
   def body(s):
     t, cache, logits, finished, tokens, seen = s
@@ -84,15 +115,22 @@ def decode_loop(step_fn, cache, logits_BV, positions_B, rng, *, max_new: int,
     logits, cache = step_fn(cache, token[:, None], (positions_B + t)[:, None])
     return t + 1, cache, logits, finished, tokens, seen
 
-  init = (jnp.asarray(0, jnp.int32), cache, logits_BV, jnp.zeros((b,), bool), tokens, seen)
-  _, _, _, _, tokens, seen = jax.lax.while_loop(cond, body, init)
+  state = (jnp.asarray(0, jnp.int32), cache, logits_BV, jnp.zeros((b,), bool), tokens, seen)
+  starts = [t for t, _ in schedule]
+  for i, end in enumerate(starts + [max_new]):
+    if i:
+      t, cache, *rest = state
+      state = (t, resize(cache, schedule[i - 1][1]), *rest)
+    state = jax.lax.while_loop(lambda s, end=end: cond(s, end), body, state)
+  _, _, _, _, tokens, seen = state
   return (tokens, seen) if return_logits else tokens
 
 
 @functools.partial(jax.jit, static_argnames=_STATIC + ('pad_id',))
 def generate_lm(cfg: ModelConfig, params, prompt_BP, rng, *, max_new: int, strategy='greedy',
                 temperature=1.0, top_k: int = 0, top_p=1.0, eos_id: int = EOS_ID,
-                return_logits: bool = False, prompt_valid=None, pad_id: int = PAD_ID):
+                return_logits: bool = False, prompt_valid=None, pad_id: int = PAD_ID,
+                cache_segments: int | None = None):
   """Decoder-only: continues left-padded prompts [B, P] by up to max_new tokens.
 
   Every row needs at least one real token (texts.prompt_rows gives an empty prompt a
@@ -101,26 +139,31 @@ def generate_lm(cfg: ModelConfig, params, prompt_BP, rng, *, max_new: int, strat
 
   Returns tokens [B, max_new] (after a row's EOS: PAD), plus logits [B, max_new, V] if
   return_logits. strategy 'greedy' | 'sample' (temperature, top_k, top_p).
+  cache_segments: grow the KV cache in this many segments (`cache_schedule`; None: by
+  length; 1: allocate it whole). The tokens do not depend on it.
   """
-  step_fn, logits, cache, lengths = lm_stepper(cfg, params, prompt_BP,
-                                               prompt_BP.shape[1] + max_new,
-                                               prompt_valid_BP=prompt_valid)
-  return decode_loop(step_fn, cache, logits, lengths, rng, max_new=max_new, strategy=strategy,
-                     temperature=temperature, top_k=top_k, top_p=top_p, eos_id=eos_id,
-                     return_logits=return_logits, pad_id=pad_id)
+  schedule = cache_schedule(prompt_BP.shape[1], max_new, cache_segments)
+  s = lm_stepper(cfg, params, prompt_BP, schedule[0][1], prompt_valid_BP=prompt_valid)
+  return decode_loop(s.step, s.cache, s.logits, s.positions, rng, max_new=max_new,
+                     strategy=strategy, temperature=temperature, top_k=top_k, top_p=top_p,
+                     eos_id=eos_id, return_logits=return_logits, pad_id=pad_id,
+                     resize=s.resize, schedule=schedule[1:])
 
 
 @functools.partial(jax.jit, static_argnames=_STATIC + ('bos_id',))
 def generate_seq2seq(cfg: ModelConfig, params, src_BS, rng, *, max_new: int, strategy='greedy',
                      temperature=1.0, top_k: int = 0, top_p=1.0, eos_id: int = EOS_ID,
-                     return_logits: bool = False, bos_id: int = BOS_ID):
+                     return_logits: bool = False, bos_id: int = BOS_ID,
+                     cache_segments: int | None = None):
   """Encoder-decoder: src [B, S] (right-padded) -> tokens [B, max_new] (+ logits [B, max_new, V]).
 
   The encoder runs once per batch and each layer's cross-attention keys/values are
   projected once; decoding starts from `bos_id` (T5 checkpoints: 0, their pad id).
+  cache_segments: as in `generate_lm`.
   """
-  step_fn, logits, cache, positions = seq2seq_stepper(cfg, params, src_BS, max_new + 1,
-                                                      bos_id=bos_id)
-  return decode_loop(step_fn, cache, logits, positions, rng, max_new=max_new,
+  schedule = cache_schedule(1, max_new, cache_segments)  # slot 0 holds the start token
+  s = seq2seq_stepper(cfg, params, src_BS, schedule[0][1], bos_id=bos_id)
+  return decode_loop(s.step, s.cache, s.logits, s.positions, rng, max_new=max_new,
                      strategy=strategy, temperature=temperature, top_k=top_k, top_p=top_p,
-                     eos_id=eos_id, return_logits=return_logits)
+                     eos_id=eos_id, return_logits=return_logits,
+                     resize=s.resize, schedule=schedule[1:])
