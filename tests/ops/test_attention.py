@@ -2,6 +2,8 @@
 
 import jax
 import jax.numpy as jnp
+import re
+
 import numpy as np
 import pytest
 
@@ -175,3 +177,45 @@ def test_user_errors_raise_value_error():
     dot_product_attention(q, k, v, implementation='flash')
   with pytest.raises(ValueError, match='dropout_rate'):
     dot_product_attention(q, k, v, dropout_rate=1.0, dropout_rng=jax.random.PRNGKey(0))
+
+
+def test_causal_blocks_skip_hidden_keys_and_change_nothing_else():
+  """3 uneven query blocks over L = S = 7 (GQA, key padding that empties row 0 of the
+  second sequence, a per-head bias): outputs and gradients equal the one-block path,
+  and each block's scores cover only the keys up to its last query."""
+  H, K, n = 4, 2, 7
+  rng = np.random.default_rng(8)
+  q, k, v = (jnp.asarray(rng.standard_normal(s, np.float32))
+             for s in [(B, n, H, D), (B, n, K, D), (B, n, K, D)])
+  valid_BS = jnp.array([[1] * n, [0] + [1] * (n - 1)], bool)
+  mask = combine_masks(causal_mask(n), key_padding_mask(valid_BS))
+  bias = jnp.asarray(rng.standard_normal((1, H, n, n), np.float32))
+
+  def loss(blocks, q, k, v, bias):
+    out = dot_product_attention(q, k, v, mask=mask, bias=bias, implementation='xla',
+                                causal_blocks=blocks)
+    return jnp.sum(jnp.sin(out)), out
+
+  results = [jax.jit(jax.value_and_grad(lambda *a, b=b: loss(b, *a), argnums=(0, 1, 2, 3),
+                                        has_aux=True))(q, k, v, bias) for b in (1, 3)]
+  (_, one), grads_one = results[0]
+  (_, blocked), grads_blocked = results[1]
+  np.testing.assert_allclose(blocked, one, atol=1e-6)
+  np.testing.assert_allclose(blocked, _numpy_attention(q, k, v, mask, bias), atol=1e-5)
+  assert np.all(np.asarray(blocked[1, 0]) == 0.0)  # the emptied row
+  for g_blocked, g_one in zip(grads_blocked, grads_one):
+    np.testing.assert_allclose(g_blocked, g_one, atol=1e-5)
+  full_scores = B * H * n * n
+  for blocks, dots in ((1, 2), (3, 6)):
+    jaxpr = str(jax.make_jaxpr(lambda *a, b=blocks: loss(b, *a)[1])(q, k, v, bias))
+    sizes = [np.prod([int(d) for d in shape.split(',')])
+             for shape in re.findall(r'f32\[([\d,]+)\] = dot_general', jaxpr)]
+    assert len(sizes) == dots and (full_scores in sizes) == (blocks == 1), sizes
+
+
+def test_causal_blocks_errors():
+  q, k, v = _qkv(2, 2)
+  with pytest.raises(ValueError, match='L == S'):
+    dot_product_attention(q, k, v, causal_blocks=2)
+  with pytest.raises(ValueError, match='causal_blocks must be an int >= 1'):
+    dot_product_attention(q, k, v, causal_blocks=0)

@@ -100,9 +100,16 @@ class ModelConfig:
   dtype: str = choice(*DTYPES)  # compute dtype
   param_dtype: str = choice(*DTYPES)
   attention_impl: str = choice('auto', 'xla', 'einsum', 'cudnn')
+  # Causal self-attention without a cache (training, eval) in query blocks that skip the
+  # masked keys (ops.dot_product_attention): 0 = one block per 64 queries, at most 4;
+  # 1 = one block (the full L x L scores); n = n blocks. Same result either way.
+  attention_causal_blocks: int = 0
 
   def validate(self):
     positive = ('vocab_size', 'd_model', 'num_heads', 'd_ff', 'max_len', 'num_layers')
+    if self.attention_causal_blocks < 0:
+      fail('model.attention_causal_blocks',
+           f'must be >= 0 (0 = by length, 1 = off), got {self.attention_causal_blocks}')
     for name in positive:
       if getattr(self, name) <= 0:
         fail(f'model.{name}', f'must be > 0, got {getattr(self, name)}')

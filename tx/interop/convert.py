@@ -63,7 +63,8 @@ from tx.train.state import TrainState
 
 # model.* keys that change how a network runs, not its parameters: kept from the base
 # experiment (or --set), while every other model.* key comes from the checkpoint.
-RUNTIME_MODEL_KEYS = ('dropout', 'attention_dropout', 'remat', 'dtype', 'attention_impl')
+RUNTIME_MODEL_KEYS = ('dropout', 'attention_dropout', 'remat', 'dtype', 'attention_impl',
+                      'attention_causal_blocks')
 _DEFAULT_DATASET = {'decoder': 'stdlib', 'encoder': 'stdlib', 'encoder_decoder': 'multi30k'}
 TOKENIZER_DIR = 'tokenizer'  # OUT/tokenizer/: the checkpoint's tokenizer files + tx's header
 

@@ -49,7 +49,7 @@ class Decoder(nn.Module):
     x_BLD = InputEmbedder(cfg, self.embed, name='embedder')(
         tokens_BL, positions, deterministic=deterministic)
     bias = PositionBias(cfg, causal=True, name='position_bias')(positions, k_pos)
-    stack = Stack(tuple(block_configs(cfg, self.num_layers, cross=self.cross)),
+    stack = Stack(tuple(block_configs(cfg, self.num_layers, cross=self.cross, causal=True)),
                   final_norm=norm_config(cfg) if cfg.use_final_norm else None,
                   scan=cfg.scan_layers, remat=cfg.remat, deterministic=deterministic,
                   decode=self.decode, sow_weights=sow_weights, name='stack')

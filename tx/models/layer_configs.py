@@ -21,13 +21,17 @@ def norm_config(cfg: ModelConfig) -> NormConfig:
                     param_dtype=cfg.param_dtype)
 
 
-def attention_config(cfg: ModelConfig, *, cross: bool = False) -> AttentionConfig:
+def attention_config(cfg: ModelConfig, *, cross: bool = False,
+                     causal: bool = False) -> AttentionConfig:
+  """causal: the decoder's self-attention (its query blocks may skip masked keys)."""
   return AttentionConfig(
       d_model=cfg.d_model, num_heads=cfg.num_heads, num_kv_heads=cfg.num_kv_heads,
       head_dim=cfg.head_dim, use_bias=cfg.use_bias, dropout=cfg.attention_dropout,
       scale=cfg.scale_attention, rope=cfg.position == 'rope' and not cross,
       rope_theta=cfg.rope_theta, rope_fraction=cfg.rope_fraction,
-      implementation=cfg.attention_impl, dtype=cfg.dtype, param_dtype=cfg.param_dtype)
+      implementation=cfg.attention_impl,
+      causal_blocks=cfg.attention_causal_blocks if causal else 1, dtype=cfg.dtype,
+      param_dtype=cfg.param_dtype)
 
 
 def ffn_config(cfg: ModelConfig) -> FFNConfig:
@@ -44,18 +48,20 @@ def moe_config(cfg: ModelConfig) -> MoELayerConfig:
       param_dtype=cfg.param_dtype)
 
 
-def block_config(cfg: ModelConfig, *, cross: bool = False, moe: bool = False) -> BlockConfig:
+def block_config(cfg: ModelConfig, *, cross: bool = False, moe: bool = False,
+                 causal: bool = False) -> BlockConfig:
   return BlockConfig(
-      attention=attention_config(cfg), norm=norm_config(cfg),
+      attention=attention_config(cfg, causal=causal), norm=norm_config(cfg),
       ffn=None if moe else ffn_config(cfg), moe=moe_config(cfg) if moe else None,
       cross_attention=attention_config(cfg, cross=True) if cross else None,
       norm_position=cfg.norm_position, dropout=cfg.dropout)
 
 
-def block_configs(cfg: ModelConfig, num_layers: int, *, cross: bool = False) -> list[BlockConfig]:
+def block_configs(cfg: ModelConfig, num_layers: int, *, cross: bool = False,
+                  causal: bool = False) -> list[BlockConfig]:
   """One config per layer; with MoE every `moe.every`-th block (the last of each group) is MoE."""
   every = cfg.moe.every
-  return [block_config(cfg, cross=cross, moe=cfg.is_moe and (i + 1) % every == 0)
+  return [block_config(cfg, cross=cross, moe=cfg.is_moe and (i + 1) % every == 0, causal=causal)
           for i in range(num_layers)]
 
 
