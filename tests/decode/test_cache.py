@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import tx
-from tx.decode.beam import beam_search_seq2seq
+from tx.decode.beam import beam_search_lm, beam_search_seq2seq
 from tx.decode.generate import cache_schedule, generate_lm, generate_seq2seq
 from tx.decode.reference import generate_lm_uncached
 from tx.decode.steps import empty_cache, prompt_positions
@@ -86,6 +86,20 @@ def test_cache_grown_in_segments_decodes_like_the_full_forward(dm, family):
   """7 new tokens in 3 segments (cache lengths P+2, P+5, P+7): the padded slots, the
   scanned layer axis and the relative position bias over key positions all follow."""
   _check_against_reference(dm, dm.tiny(family, **CASES[4]), max_new=7, cache_segments=3)
+
+
+@pytest.mark.parametrize('family', ['decoder', 'encoder_decoder'])
+def test_beam_search_in_cache_segments_equals_one_cache(dm, family):
+  """Beam search reorders the cache every step; grown in 3 segments it must pick the
+  same hypotheses with the same scores as with the full-length cache."""
+  cfg = dm.tiny(family, **CASES[4])
+  search = beam_search_lm if family == 'decoder' else beam_search_seq2seq
+  kw = dict(beams=3, max_len=7, alpha=0.6, eos_id=-1)
+  both = dm.quick_jit(lambda p, x: [search.__wrapped__(cfg, p, x, cache_segments=n, **kw)
+                                    for n in (1, 3)])
+  (tokens_one, scores_one), (tokens_grown, scores_grown) = both(dm.params(cfg), dm.inputs(cfg))
+  np.testing.assert_array_equal(tokens_grown, tokens_one)
+  np.testing.assert_allclose(scores_grown, scores_one, atol=ATOL)
 
 
 def test_cached_sampling_equals_uncached_loop(dm):

@@ -1,7 +1,7 @@
 """tx.decode: cached generation shared by decoder-only and encoder-decoder models.
 
 generate.py (greedy / sampling), beam.py (beam search), steps.py (prefill + cached
-steps), reference.py (the same decoding without a cache, for tests and benchmarks),
+steps), segments.py (growing the cache in segments, for both), reference.py (the same decoding without a cache, for tests and benchmarks),
 texts.py (text <-> static-shape batches), evaluation.py (BLEU/chrF, extrapolation),
 cli.py (`tx generate`, `tx eval`).
 """

@@ -22,6 +22,7 @@ import jax.numpy as jnp
 
 from tx.config.model import ModelConfig
 from tx.data.tokenizers.specials import BOS_ID, EOS_ID, PAD_ID
+from tx.decode.segments import cache_schedule, segmented_while_loop
 from tx.decode.steps import lm_stepper, seq2seq_stepper
 from tx.ops.sampling import NEG_INF
 
@@ -69,7 +70,7 @@ def repeat_beams(cache, beams: int):
 
 
 def search(step_fn, cache, logits_NV, batch: int, beams: int, *, max_len: int, alpha: float,
-           eos_id: int = EOS_ID, pad_id: int = PAD_ID):
+           eos_id: int = EOS_ID, pad_id: int = PAD_ID, resize=None, schedule=()):
   """Beam search over a prefilled cache (model-free: `step_fn` may be any function).
 
   Args:
@@ -78,6 +79,7 @@ def search(step_fn, cache, logits_NV, batch: int, beams: int, *, max_len: int, a
     cache: any pytree whose leaves have a [B*K] batch axis (reordered as beams move).
     logits_NV: [B*K, V] logits of the first token (the K copies of a row are equal).
     eos_id: ends a hypothesis (-1: none does); pad_id: never chosen (-1: any id may be).
+    resize, schedule: grow the cache as it fills (as in `generate.decode_loop`).
   Returns:
     (tokens int32 [B, max_len], EOS included and PAD after it; scores float32 [B], the
     penalised log-prob of the returned hypothesis).
@@ -128,48 +130,52 @@ def search(step_fn, cache, logits_NV, batch: int, beams: int, *, max_len: int, a
 
   init = (jnp.asarray(0, jnp.int32), cache, alive_seqs, alive_lp, fin_seqs, fin_scores, fin_ok,
           logits_NV)
-  _, _, alive_seqs, alive_lp, fin_seqs, fin_scores, fin_ok, _ = jax.lax.while_loop(
-      cond, body, init)
+  _, _, alive_seqs, alive_lp, fin_seqs, fin_scores, fin_ok, _ = segmented_while_loop(
+      cond, body, init, steps=max_len, schedule=schedule, resize=resize)
   has_fin = fin_ok[:, 0]
   tokens = jnp.where(has_fin[:, None], fin_seqs[:, 0], alive_seqs[:, 0])
   scores = jnp.where(has_fin, fin_scores[:, 0], alive_lp[:, 0] / length_penalty(max_len, alpha))
   return tokens, scores
 
 
-_STATIC = ('cfg', 'beams', 'max_len', 'eos_id')
+_STATIC = ('cfg', 'beams', 'max_len', 'eos_id', 'cache_segments')
 
 
 @functools.partial(jax.jit, static_argnames=_STATIC + ('pad_id',))
 def beam_search_lm(cfg: ModelConfig, params, prompt_BP, *, beams: int = 4, max_len: int = 64,
                    alpha: float = 0.6, eos_id: int = EOS_ID, prompt_valid=None,
-                   pad_id: int = PAD_ID):
+                   pad_id: int = PAD_ID, cache_segments: int | None = None):
   """Decoder-only: left-padded prompts [B, P] -> (continuations [B, max_len], scores [B]).
 
   The prompt is prefilled once per row; its cache is then copied to the K beams.
-  prompt_valid / pad_id: as in `generate_lm` (vocabularies where id 0 is a real token).
+  prompt_valid / pad_id / cache_segments: as in `generate_lm`.
   """
   b, p = prompt_BP.shape
-  step, logits, cache, lengths, _ = lm_stepper(cfg, params, prompt_BP, p + max_len,
-                                               prompt_valid_BP=prompt_valid)
-  cache, logits, lengths = (repeat_beams(x, beams) for x in (cache, logits, lengths))
-  step_fn = lambda cache, tok, t: step(cache, tok, (lengths + t)[:, None])
+  schedule = cache_schedule(p, max_len, cache_segments)
+  s = lm_stepper(cfg, params, prompt_BP, schedule[0][1], prompt_valid_BP=prompt_valid)
+  cache, logits, lengths = (repeat_beams(x, beams) for x in (s.cache, s.logits, s.positions))
+  step_fn = lambda cache, tok, t: s.step(cache, tok, (lengths + t)[:, None])
   return search(step_fn, cache, logits, b, beams, max_len=max_len, alpha=alpha, eos_id=eos_id,
-                pad_id=pad_id)
+                pad_id=pad_id, resize=functools.partial(s.resize, rows=b * beams),
+                schedule=schedule[1:])
 
 
 @functools.partial(jax.jit, static_argnames=_STATIC + ('bos_id',))
 def beam_search_seq2seq(cfg: ModelConfig, params, src_BS, *, beams: int = 4, max_len: int = 64,
-                        alpha: float = 0.6, eos_id: int = EOS_ID, bos_id: int = BOS_ID):
+                        alpha: float = 0.6, eos_id: int = EOS_ID, bos_id: int = BOS_ID,
+                        cache_segments: int | None = None):
   """Encoder-decoder: src [B, S] -> (translations [B, max_len], scores [B]).
 
   The encoder runs once per batch (B rows, not B*K) and each layer's cross-attention
   keys/values are projected once, at the BOS step; decoding starts from `bos_id`.
+  cache_segments: as in `generate_lm`.
   """
   b = src_BS.shape[0]
-  step, logits, cache, _, _ = seq2seq_stepper(cfg, params, src_BS, max_len + 1, repeat=beams,
-                                              bos_id=bos_id)
-  step_fn = lambda cache, tok, t: step(cache, tok, jnp.full((b * beams, 1), t + 1, jnp.int32))
-  return search(step_fn, cache, logits, b, beams, max_len=max_len, alpha=alpha, eos_id=eos_id)
+  schedule = cache_schedule(1, max_len, cache_segments)  # slot 0 holds the start token
+  s = seq2seq_stepper(cfg, params, src_BS, schedule[0][1], repeat=beams, bos_id=bos_id)
+  step_fn = lambda cache, tok, t: s.step(cache, tok, jnp.full((b * beams, 1), t + 1, jnp.int32))
+  return search(step_fn, s.cache, s.logits, b, beams, max_len=max_len, alpha=alpha,
+                eos_id=eos_id, resize=s.resize, schedule=schedule[1:])
 
 
 def beam_search_texts(cfg, params, tokenizer, texts: list[str], decode_cfg) -> list[str]:

@@ -2,10 +2,9 @@
 
 The prompt is prefilled in one pass; then one token per step inside a jitted
 `lax.while_loop` (no Python loop per token, one compile per shape) that stops early
-once every row has emitted EOS. Long generations grow the KV cache in up to
-`MAX_SEGMENTS` segments (one while_loop each; `cache_schedule`), so early steps do
-not read the empty slots at the end of the cache: each step reads its whole cache
-from memory, and with a full-length cache half of that is empty on average.
+once every row has emitted EOS. Long generations grow the KV cache in up to 4
+segments (one while_loop each; tx/decode/segments.py), so early steps do not read
+the empty slots at the end of the cache.
 
 Prompts are LEFT-padded (pad id 0) so every row's last prompt token sits in the same
 slot; positions count real tokens only, so absolute position schemes see 0, 1, 2, ...
@@ -27,6 +26,7 @@ import jax.numpy as jnp
 from tx import ops
 from tx.config.model import ModelConfig
 from tx.data.tokenizers.specials import BOS_ID, EOS_ID, PAD_ID
+from tx.decode.segments import cache_schedule, segmented_while_loop
 from tx.decode.steps import lm_stepper, seq2seq_stepper
 from tx.ops.sampling import NEG_INF
 
@@ -34,28 +34,6 @@ __all__ = ['BOS_ID', 'EOS_ID', 'PAD_ID', 'generate_lm', 'generate_seq2seq', 'lef
            'decode_loop', 'cache_schedule']
 
 _STATIC = ('cfg', 'max_new', 'strategy', 'top_k', 'eos_id', 'return_logits', 'cache_segments')
-# Each segment compiles the step once more (~1-1.5 s for a 6-layer model on 2 cores), so
-# by default only generations of >= 2 * SEGMENT_STEPS tokens are split, into at most
-# MAX_SEGMENTS (6 layers, d 384, 256 new tokens: 4 segments decode 11-16 % faster than
-# one; benchmarks/NOTES.md).
-SEGMENT_STEPS = 64
-MAX_SEGMENTS = 4
-
-
-def cache_schedule(prefilled: int, max_new: int,
-                   segments: int | None = None) -> tuple[tuple[int, int], ...]:
-  """((first step, cache slots), ...) per segment of a `max_new`-token decode.
-
-  Step t writes slot `prefilled + t`, so the segment ending before step e needs
-  `prefilled + e` slots; the last segment's cache is the full `prefilled + max_new`.
-  segments: how many (at most max_new); None: max_new // SEGMENT_STEPS, between 1 and
-  MAX_SEGMENTS.
-  """
-  if segments is not None and not 1 <= segments <= max(1, max_new):
-    raise ValueError(f'cache_segments must be between 1 and max_new ({max_new}), got {segments}')
-  n = segments or max(1, min(MAX_SEGMENTS, max_new // SEGMENT_STEPS))
-  ends = [round(max_new * (j + 1) / n) for j in range(n)]
-  return tuple((start, prefilled + end) for start, end in zip([0] + ends[:-1], ends))
 
 
 def left_pad(prompts: list[list[int]], length: int | None = None):
@@ -99,9 +77,9 @@ def decode_loop(step_fn, cache, logits_BV, positions_B, rng, *, max_new: int,
   tokens = jnp.full((b, max_new), PAD_ID, jnp.int32)
   seen = jnp.zeros((b, max_new, v) if return_logits else (0,), jnp.float32)
 
-  def cond(s, end):
+  def cond(s):
     t, _, _, finished, _, _ = s
-    return (t < end) & ~jnp.all(finished)
+    return (t < max_new) & ~jnp.all(finished)
 
   def body(s):
     t, cache, logits, finished, tokens, seen = s
@@ -115,14 +93,9 @@ def decode_loop(step_fn, cache, logits_BV, positions_B, rng, *, max_new: int,
     logits, cache = step_fn(cache, token[:, None], (positions_B + t)[:, None])
     return t + 1, cache, logits, finished, tokens, seen
 
-  state = (jnp.asarray(0, jnp.int32), cache, logits_BV, jnp.zeros((b,), bool), tokens, seen)
-  starts = [t for t, _ in schedule]
-  for i, end in enumerate(starts + [max_new]):
-    if i:
-      t, cache, *rest = state
-      state = (t, resize(cache, schedule[i - 1][1]), *rest)
-    state = jax.lax.while_loop(lambda s, end=end: cond(s, end), body, state)
-  _, _, _, _, tokens, seen = state
+  init = (jnp.asarray(0, jnp.int32), cache, logits_BV, jnp.zeros((b,), bool), tokens, seen)
+  _, _, _, _, tokens, seen = segmented_while_loop(cond, body, init, steps=max_new,
+                                                  schedule=schedule, resize=resize)
   return (tokens, seen) if return_logits else tokens
 
 

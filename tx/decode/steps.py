@@ -29,7 +29,9 @@ class Stepper(NamedTuple):
   logits: jax.Array  # [B, V] float32: the logits of the first new token
   cache: Any  # the prefilled cache
   positions: jax.Array  # int32 [B]: the position of the first new token
-  resize: Callable  # (cache, slots) -> the cache zero-padded to `slots` slots
+  # (cache, slots) -> the cache zero-padded to `slots` slots; lm_stepper's also takes
+  # rows=: the batch size of a cache repeated after the prefill (beam search's B * K)
+  resize: Callable
 
 
 def _cache_shapes(model, *args, method=None):
@@ -79,7 +81,7 @@ def lm_stepper(cfg: ModelConfig, params, prompt_BP, total_len: int, *,
   """
   model = build_model(cfg, decode=True)
   b, _ = prompt_BP.shape
-  slots = lambda n: jnp.zeros((b, n), jnp.int32)
+  slots = lambda n, rows=None: jnp.zeros((rows or b, n), jnp.int32)
   cache = empty_cache(model, slots(total_len))
 
   def apply(cache, tokens_BL, positions_BL, segment_ids_BL=None):
@@ -98,7 +100,7 @@ def lm_stepper(cfg: ModelConfig, params, prompt_BP, total_len: int, *,
   logits, cache = apply(cache, prompt_BP, prompt_positions(prompt_BP, valid), segments)
   lengths = jnp.sum(valid, axis=1).astype(jnp.int32)
   return Stepper(step_fn, logits, cache, lengths,
-                 lambda cache, n: padded_cache(cache, model, slots(n)))
+                 lambda cache, n, rows=None: padded_cache(cache, model, slots(n, rows)))
 
 
 def seq2seq_stepper(cfg: ModelConfig, params, src_BS, total_len: int, *, repeat: int = 1,
