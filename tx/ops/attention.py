@@ -1,13 +1,14 @@
-"""Scaled dot-product attention: one entry point, two paths (jax.nn and einsum).
+"""Scaled dot-product attention: one entry point, three paths (XLA, cuDNN, einsum).
 
 `dot_product_attention` accepts multi-head (K == H), grouped-query (1 < K < H)
 and multi-query (K == 1) key/value heads. Query head h reads kv head h // (H // K),
 the same grouping as `jnp.repeat(k, H // K, axis=2)` and as jax.nn.
 
 Paths:
-  'xla' / 'cudnn'  jax.nn.dot_product_attention(implementation=None / 'cudnn').
+  'xla'            tx/ops/xla_attention.py: XLA ops with a flash-style backward.
+  'cudnn'          jax.nn.dot_product_attention(implementation='cudnn').
   'einsum'         the explicit path below; the only one with weights and dropout.
-  'auto'           einsum if weights or dropout are requested; otherwise jax.nn,
+  'auto'           einsum if weights or dropout are requested; otherwise 'xla',
                    trying cuDNN first on GPU with bf16/fp16 inputs.
 
 Both paths compute the softmax in float32 and return exact zeros for a query
@@ -15,7 +16,7 @@ row whose mask is all False (jax.nn alone would return the mean of v there).
 
 Causal self-attention can skip the masked upper triangle: `causal_blocks=n` splits
 the queries into n blocks and attends each over the keys up to its last query only
-(the jax.nn path; the caller promises the mask is causal). At n blocks this computes
+(the XLA path; the caller promises the mask is causal). At n blocks this computes
 (n + 1) / 2n of the L x S scores: 4 blocks of 64 queries made a 6-layer, context-256
 training step 12-15 % faster on a 2-core CPU (benchmarks/NOTES.md).
 """
@@ -25,6 +26,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from tx.ops.xla_attention import xla_attention
 
 _IMPLEMENTATIONS = ('auto', 'xla', 'einsum', 'cudnn')
 # Finite, so a fully masked row stays NaN-free (softmax of equal values).
@@ -41,11 +44,11 @@ def dot_product_attention(q_BLHD, k_BSKD, v_BSKD, *, mask=None, bias=None, scale
   mask: bool, broadcastable to [B, H, L, S] (True = may attend), or None.
   bias: float additive, broadcastable to [B, H, L, S], or None.
   scale: None -> 1/sqrt(D); a float otherwise (T5 passes 1.0).
-  implementation: 'auto' | 'xla' | 'einsum' | 'cudnn'. 'xla'/'cudnn' call
-    jax.nn.dot_product_attention(implementation=None / 'cudnn'); 'einsum' is the
-    explicit path; 'auto' uses jax.nn (implementation=None on CPU/TPU; 'cudnn'
-    first on GPU with bf16/fp16 inputs, falling back to None if it raises)
-    unless return_weights or dropout is requested, in which case einsum.
+  implementation: 'auto' | 'xla' | 'einsum' | 'cudnn'. 'xla': XLA ops with a
+    hand-written backward (tx/ops/xla_attention.py); 'cudnn':
+    jax.nn.dot_product_attention(implementation='cudnn'); 'einsum' is the explicit
+    path; 'auto' uses 'xla' ('cudnn' first on GPU with bf16/fp16 inputs, falling back
+    to 'xla' if it raises) unless return_weights or dropout is requested: einsum.
   Returns out [B, L, H, D] in q's dtype, or (out, weights [B, H, L, S] float32)
   if return_weights. The weights are the softmax probabilities before dropout.
 
@@ -53,7 +56,7 @@ def dot_product_attention(q_BLHD, k_BSKD, v_BSKD, *, mask=None, bias=None, scale
   outputs exactly zeros (weights too), never NaN. Dropout on the weights (einsum
   path) when dropout_rate > 0 and dropout_rng is given.
   causal_blocks: n > 1 promises that `mask` hides every key j > i from query i (self-
-    attention, L == S) and runs the jax.nn path in n query blocks (at most L), each
+    attention, L == S) and runs the XLA path in n query blocks (at most L), each
     over the keys 0 .. its last query; the same result with the masked scores skipped.
     The einsum and cuDNN paths compute the full L x S.
   """
@@ -171,15 +174,15 @@ def _causal_blocks(q_BLHD, k_BSKD, v_BSKD, mask, bias, scale, blocks):
   L = q_BLHD.shape[1]
   blocks = min(blocks, L)
   if blocks == 1:
-    return _jax_nn_attention(q_BLHD, k_BSKD, v_BSKD, mask, bias, scale, None)
+    return xla_attention(q_BLHD, k_BSKD, v_BSKD, mask, bias, scale, _MASK_VALUE)
   cuts = [round(L * i / blocks) for i in range(blocks + 1)]
 
   def rows(x_BHLS, a, b):  # mask / bias have full L and S axes here (_as_4d)
     return None if x_BHLS is None else x_BHLS[:, :, a:b, :b]
 
   return jnp.concatenate([
-      _jax_nn_attention(q_BLHD[:, a:b], k_BSKD[:, :b], v_BSKD[:, :b], rows(mask, a, b),
-                        rows(bias, a, b), scale, None)
+      xla_attention(q_BLHD[:, a:b], k_BSKD[:, :b], v_BSKD[:, :b], rows(mask, a, b),
+                    rows(bias, a, b), scale, _MASK_VALUE)
       for a, b in zip(cuts[:-1], cuts[1:])], axis=1)
 
 
