@@ -11,14 +11,14 @@ Paths:
   'auto'           einsum if weights or dropout are requested; otherwise 'xla',
                    trying cuDNN first on GPU with bf16/fp16 inputs.
 
-Both paths compute the softmax in float32 and return exact zeros for a query
+Every path computes the softmax in float32 and returns exact zeros for a query
 row whose mask is all False (jax.nn alone would return the mean of v there).
 
 Causal self-attention can skip the masked upper triangle: `causal_blocks=n` splits
 the queries into n blocks and attends each over the keys up to its last query only
 (the XLA path; the caller promises the mask is causal). At n blocks this computes
 (n + 1) / 2n of the L x S scores: 4 blocks of 64 queries made a 6-layer, context-256
-training step 12-15 % faster on a 2-core CPU (benchmarks/NOTES.md).
+training step 12-19 % faster on a 2-core CPU (benchmarks/NOTES.md).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from tx.ops.xla_attention import xla_attention
+from tx.ops.xla_attention import masked_logits, weighted_values, xla_attention
 
 _IMPLEMENTATIONS = ('auto', 'xla', 'einsum', 'cudnn')
 # Finite, so a fully masked row stays NaN-free (softmax of equal values).
@@ -144,17 +144,7 @@ def _row_visible(mask_BHLS):
 
 
 def _einsum_attention(q_BLHD, k_BSKD, v_BSKD, mask, bias, scale, dropout_rate, dropout_rng):
-  B, L, H, D = q_BLHD.shape
-  S, K = k_BSKD.shape[1], k_BSKD.shape[2]
-  G = H // K
-  q_BLKGD = q_BLHD.reshape(B, L, K, G, D)
-  logits_BKGLS = jnp.einsum('blkgd,bskd->bkgls', q_BLKGD, k_BSKD.astype(q_BLHD.dtype),
-                            preferred_element_type=jnp.float32)
-  logits_BHLS = logits_BKGLS.reshape(B, H, L, S) * jnp.float32(scale)
-  if bias is not None:
-    logits_BHLS = logits_BHLS + bias.astype(jnp.float32)
-  if mask is not None:
-    logits_BHLS = jnp.where(mask, logits_BHLS, _MASK_VALUE)
+  logits_BHLS = masked_logits(q_BLHD, k_BSKD, mask, bias, scale, _MASK_VALUE)
   weights_BHLS = jax.nn.softmax(logits_BHLS, axis=-1)
   if mask is not None:
     weights_BHLS = jnp.where(_row_visible(mask), weights_BHLS, 0.0)
@@ -163,10 +153,7 @@ def _einsum_attention(q_BLHD, k_BSKD, v_BSKD, mask, bias, scale, dropout_rate, d
   if dropout_rate > 0.0:
     keep = jax.random.bernoulli(dropout_rng, 1.0 - dropout_rate, probs_BHLS.shape)
     probs_BHLS = jnp.where(keep, probs_BHLS / (1.0 - dropout_rate), 0.0)
-  probs_BKGLS = probs_BHLS.reshape(B, K, G, L, S).astype(v_BSKD.dtype)
-  out_BLKGD = jnp.einsum('bkgls,bskd->blkgd', probs_BKGLS, v_BSKD,
-                         preferred_element_type=jnp.float32)
-  return out_BLKGD.reshape(B, L, H, D).astype(q_BLHD.dtype), weights_BHLS
+  return weighted_values(probs_BHLS, v_BSKD, q_BLHD.dtype), weights_BHLS
 
 
 def _causal_blocks(q_BLHD, k_BSKD, v_BSKD, mask, bias, scale, blocks):

@@ -35,8 +35,11 @@ def _grouped(x_BLHD, kv_heads):
   return x_BLHD.reshape(b, l, kv_heads, h // kv_heads, d)
 
 
-def _logits(q_BLHD, k_BSKD, mask, bias, scale, mask_value):
-  """float32 [B, H, L, S]: scaled scores + bias, masked."""
+def masked_logits(q_BLHD, k_BSKD, mask, bias, scale, mask_value):
+  """float32 [B, H, L, S]: q·kᵀ·scale + bias, `mask_value` where mask is False.
+
+  q [B, L, H, D]; k [B, S, K, D] (H % K == 0); mask / bias broadcastable to [B, H, L, S]
+  or None."""
   b, l, h, _ = q_BLHD.shape
   s, kv_heads = k_BSKD.shape[1], k_BSKD.shape[2]
   logits = jnp.einsum('blkgd,bskd->bkgls', _grouped(q_BLHD, kv_heads),
@@ -49,7 +52,8 @@ def _logits(q_BLHD, k_BSKD, mask, bias, scale, mask_value):
   return logits
 
 
-def _weighted_values(p_BHLS, v_BSKD, dtype):
+def weighted_values(p_BHLS, v_BSKD, dtype):
+  """[B, L, H, D] in `dtype`: p [B, H, L, S] times v [B, S, K, D], float32 accumulation."""
   b, h, l, s = p_BHLS.shape
   kv_heads = v_BSKD.shape[2]
   out = jnp.einsum('bkgls,bskd->blkgd',
@@ -59,12 +63,12 @@ def _weighted_values(p_BHLS, v_BSKD, dtype):
 
 
 def _forward(q, k, v, mask, bias, scale, mask_value):
-  logits = _logits(q, k, mask, bias, scale, mask_value)
+  logits = masked_logits(q, k, mask, bias, scale, mask_value)
   top = jnp.max(logits, axis=-1, keepdims=True)
   lse_BHL1 = top + jnp.log(jnp.sum(jnp.exp(logits - top), axis=-1, keepdims=True))
   if mask is not None:  # rows that see nothing: exp(logits - inf) = 0, so zeros out
     lse_BHL1 = jnp.where(jnp.any(mask, axis=-1, keepdims=True), lse_BHL1, jnp.inf)
-  out = _weighted_values(jnp.exp(logits - lse_BHL1), v, q.dtype)
+  out = weighted_values(jnp.exp(logits - lse_BHL1), v, q.dtype)
   return out, lse_BHL1
 
 
@@ -82,7 +86,7 @@ def _attention_bwd(scale, mask_value, residuals, d_out_BLHD):
   q, k, v, mask, bias, out, lse = residuals
   b, l, h, _ = q.shape
   s, kv_heads = k.shape[1], k.shape[2]
-  p_BHLS = jnp.exp(_logits(q, k, mask, bias, scale, mask_value) - lse)
+  p_BHLS = jnp.exp(masked_logits(q, k, mask, bias, scale, mask_value) - lse)
   d_out = _grouped(d_out_BLHD, kv_heads)
   grouped = lambda x_BHLS, dtype: x_BHLS.reshape(b, kv_heads, h // kv_heads, l, s).astype(dtype)
   d_v = jnp.einsum('bkgls,blkgd->bskd', grouped(p_BHLS, d_out.dtype), d_out,
