@@ -95,14 +95,14 @@ def dot_product_attention(q_BLHD, k_BSKD, v_BSKD, *, mask=None, bias=None, scale
     out_BLHD = None
     if _wants_cudnn(q_BLHD):
       try:
-        out_BLHD = _jax_nn_attention(q_BLHD, k_BSKD, v_BSKD, mask, bias, scale, 'cudnn')
+        out_BLHD = _cudnn_attention(q_BLHD, k_BSKD, v_BSKD, mask, bias, scale)
       except Exception:  # unsupported shape/dtype/GPU: the XLA path always works
         out_BLHD = None
     if out_BLHD is None:
       out_BLHD = _causal_blocks(q_BLHD, k_BSKD, v_BSKD, mask, bias, scale, causal_blocks)
     return out_BLHD
   if implementation == 'cudnn':
-    return _jax_nn_attention(q_BLHD, k_BSKD, v_BSKD, mask, bias, scale, 'cudnn')
+    return _cudnn_attention(q_BLHD, k_BSKD, v_BSKD, mask, bias, scale)
   return _causal_blocks(q_BLHD, k_BSKD, v_BSKD, mask, bias, scale, causal_blocks)
 
 
@@ -173,14 +173,15 @@ def _causal_blocks(q_BLHD, k_BSKD, v_BSKD, mask, bias, scale, blocks):
       for a, b in zip(cuts[:-1], cuts[1:])], axis=1)
 
 
-def _jax_nn_attention(q_BLHD, k_BSKD, v_BSKD, mask, bias, scale, implementation):
+def _cudnn_attention(q_BLHD, k_BSKD, v_BSKD, mask, bias, scale):
+  """jax.nn.dot_product_attention(implementation='cudnn'); exact zeros for rows that see nothing."""
   dtype = q_BLHD.dtype
   k_BSKD, v_BSKD = k_BSKD.astype(dtype), v_BSKD.astype(dtype)
-  if bias is not None and implementation == 'cudnn':
+  if bias is not None:
     bias = bias.astype(dtype)  # cuDNN adds the bias in the input dtype
   out_BLHD = jax.nn.dot_product_attention(
       q_BLHD, k_BSKD, v_BSKD, bias=bias, mask=mask, scale=scale,
-      implementation=implementation)
+      implementation='cudnn')
   if mask is not None:
     visible_BLH1 = jnp.transpose(_row_visible(mask), (0, 2, 1, 3))
     out_BLHD = jnp.where(visible_BLH1, out_BLHD, jnp.zeros((), dtype))
