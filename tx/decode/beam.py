@@ -20,10 +20,12 @@ import functools
 import jax
 import jax.numpy as jnp
 
+from tx.config.base import ConfigError
 from tx.config.model import ModelConfig
 from tx.data.tokenizers.specials import BOS_ID, EOS_ID, PAD_ID
 from tx.decode.segments import cache_schedule, segmented_while_loop
 from tx.decode.steps import lm_stepper, seq2seq_stepper
+from tx.decode.window import needs_window
 from tx.ops.sampling import NEG_INF
 
 NEG = -1e9  # the log-prob of an empty beam slot
@@ -148,9 +150,15 @@ def beam_search_lm(cfg: ModelConfig, params, prompt_BP, *, beams: int = 4, max_l
   """Decoder-only: left-padded prompts [B, P] -> (continuations [B, max_len], scores [B]).
 
   The prompt is prefilled once per row; its cache is then copied to the K beams.
-  prompt_valid / pad_id / cache_segments: as in `generate_lm`.
+  prompt_valid / pad_id / cache_segments: as in `generate_lm`. With learned positions the
+  prompt and max_len must fit model.max_len (ConfigError otherwise).
   """
   b, p = prompt_BP.shape
+  if needs_window(cfg, p, max_len):
+    raise ConfigError(
+        f'beam search over learned positions needs prompt length ({p}) + max_len ({max_len}) '
+        f'- 1 <= model.max_len ({cfg.max_len}); lower decode.max_len or shorten the prompt, '
+        'or decode with greedy / sample, which slide a window past model.max_len')
   schedule = cache_schedule(p, max_len, cache_segments)
   s = lm_stepper(cfg, params, prompt_BP, schedule[0][1], prompt_valid_BP=prompt_valid)
   cache, logits, lengths = (repeat_beams(x, beams) for x in (s.cache, s.logits, s.positions))

@@ -1,0 +1,58 @@
+"""Learned positions past model.max_len: generate_lm slides a window of the last max_len
+tokens (nanoGPT's crop), beam search refuses, other position schemes keep the cache."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import tx
+from tx.decode.beam import beam_search_lm
+from tx.decode.generate import generate_lm
+from tx.decode.window import needs_window
+
+WIDTH = 8  # model.max_len
+MAX_NEW = 10  # prompt 5 + 10 new: the last 6 steps need the window to slide
+
+
+def test_needs_window_only_past_a_learned_table(dm):
+  learned = dm.tiny('decoder', position='learned', max_len=WIDTH)
+  assert not needs_window(learned, 5, 4)  # the last logits read sit at position 7
+  assert needs_window(learned, 5, 5)
+  for position in ('sinusoidal', 'rope', 'alibi', 'none'):
+    assert not needs_window(learned.replace(position=position), 5, 50)
+
+
+def test_window_decoding_equals_cropping_and_recomputing(dm):
+  """Every step's logits equal one forward pass over that row's last WIDTH tokens (its
+  real prompt tokens, then what it generated), positions 0, 1, ... from the window's
+  start; tokens are their argmax (PAD excluded). Row 0 has 3 real prompt tokens, row 1 5."""
+  cfg = dm.tiny('decoder', position='learned', max_len=WIDTH)
+  params = dm.params(cfg)
+  tokens, logits = dm.quick_jit(lambda p: generate_lm(
+      cfg, p, dm.PROMPT, jax.random.key(0), max_new=MAX_NEW, eos_id=-1,
+      return_logits=True))(params)
+  tokens, logits = np.asarray(tokens), np.asarray(logits)
+
+  windows, last = [], []
+  for row, prompt in enumerate(np.asarray(dm.PROMPT).tolist()):
+    seq = [t for t in prompt if t != 0]
+    for t in range(MAX_NEW):
+      window = seq[-WIDTH:]
+      windows.append(window + [0] * (WIDTH - len(window)))  # right pads: causal, unseen
+      last.append(len(window) - 1)
+      seq.append(int(tokens[row, t]))
+  model = tx.build_model(cfg)
+  batch = jnp.asarray(windows, jnp.int32)
+  full = dm.quick_jit(lambda p, x: model.apply(
+      {'params': p}, x, positions=jnp.broadcast_to(jnp.arange(WIDTH), x.shape)))(params, batch)
+  expected = np.asarray(full)[np.arange(len(last)), last].reshape(2, MAX_NEW, -1)
+  np.testing.assert_allclose(logits, expected, atol=2e-5)
+  expected[..., 0] = -np.inf  # PAD is never chosen
+  np.testing.assert_array_equal(tokens, np.argmax(expected, axis=-1))
+
+
+def test_beam_search_past_learned_positions_is_a_config_error(dm):
+  cfg = dm.tiny('decoder', position='learned', max_len=WIDTH)
+  with pytest.raises(tx.ConfigError, match='lower decode.max_len'):
+    beam_search_lm(cfg, dm.params(cfg), dm.PROMPT, beams=2, max_len=MAX_NEW)
