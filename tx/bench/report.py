@@ -92,7 +92,8 @@ def table(doc: dict) -> str:
            f'{m["threads"]} threads, jax {m["jax"]}' + (f', torch {m["torch"]}' if 'torch' in m
                                                         else ''),
            f'matmul ceiling: {c["float32"] / 1e9:.1f} GFLOP/s float32, '
-           f'{c["bfloat16"] / 1e9:.1f} GFLOP/s bf16 (max of start / end medians)', '']
+           f'{c["bfloat16"] / 1e9:.1f} GFLOP/s bf16 (max of start / end medians)',
+           f'GLIBC_TUNABLES for every measurement: {m.get("glibc_tunables") or "(unset)"}', '']
   header = f'{"case":<22} {"metric":<24} {"tx":>10} {"peer":>10} {"tx/peer":>8}'
   lines += [header, '-' * len(header)]
   for r in doc['rows']:

@@ -22,7 +22,7 @@ import sys
 import time
 
 from tx.bench import cases as cases_lib
-from tx.bench.worker import BenchError, run_isolated
+from tx.bench.worker import BenchError, run_isolated, thread_env
 
 TX = 'tx.bench.tx_side'
 PEERS = 'tx.bench.torch_peers'
@@ -104,7 +104,8 @@ def machine(threads: int) -> dict:
   import jax  # pylint: disable=g-import-not-at-top
   info = {'platform': platform.platform(), 'processor': platform.processor(),
           'cpu_count': os.cpu_count(), 'threads': threads, 'python': sys.version.split()[0],
-          'jax': jax.__version__, 'device': str(jax.devices()[0].device_kind)}
+          'jax': jax.__version__, 'device': str(jax.devices()[0].device_kind),
+          'glibc_tunables': thread_env(threads).get('GLIBC_TUNABLES', '')}
   try:
     import torch  # pylint: disable=g-import-not-at-top
     info['torch'] = torch.__version__

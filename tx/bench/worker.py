@@ -17,6 +17,8 @@ import resource
 import subprocess
 import sys
 
+from tx import hugepages
+
 MARK = 'TX_BENCH_RESULT '
 
 
@@ -25,8 +27,14 @@ class BenchError(RuntimeError):
 
 
 def thread_env(threads: int) -> dict[str, str]:
-  """Environment pinning both frameworks to `threads` CPU threads (one simulated device)."""
+  """Environment pinning both frameworks to `threads` CPU threads (one simulated device).
+
+  It also asks glibc for transparent huge pages (tx/hugepages.py) where that would change
+  allocation, for tx and the peer alike; `TX_HUGEPAGES=0` measures without.
+  """
   env = dict(os.environ)
+  if hugepages.would_help(env):
+    env = hugepages.tuned_env(env)
   flags = [f for f in env.get('XLA_FLAGS', '').split()
            if not f.startswith('--xla_force_host_platform_device_count')]
   env.update(XLA_FLAGS=' '.join(flags), JAX_PLATFORMS=env.get('JAX_PLATFORMS', '') or 'cpu',
