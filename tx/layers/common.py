@@ -8,6 +8,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from tx.ops.matmul import dense
+
 ACTIVATIONS = {
     'relu': nn.relu,
     'gelu': functools.partial(nn.gelu, approximate=False),
@@ -74,8 +76,7 @@ class DenseGeneral(nn.Module):
         1.0, 'fan_avg', 'uniform', in_axis=tuple(range(self.in_dims)),
         out_axis=tuple(range(self.in_dims, len(shape))))
     kernel = self.param('kernel', partitioned(init, self.axes), shape, dtype(self.param_dtype))
-    y = jnp.tensordot(x.astype(dtype(self.dtype)), kernel.astype(dtype(self.dtype)),
-                      axes=self.in_dims)
+    y = dense(x.astype(dtype(self.dtype)), kernel.astype(dtype(self.dtype)), self.in_dims)
     if self.use_bias:
       bias = self.param('bias', partitioned(nn.initializers.zeros, self.axes[self.in_dims:]),
                         tuple(self.features), dtype(self.param_dtype))

@@ -8,6 +8,7 @@ import jax.numpy as jnp
 from tx import ops
 from tx.config.base import choice, config
 from tx.layers.common import constrain, dtype, partitioned
+from tx.ops.matmul import dense
 
 
 def gathered(table_ND, rows: str):
@@ -53,7 +54,7 @@ class Embed(nn.Module):
   def attend(self, x_BLD):
     """The tied output projection: x · Eᵀ, logits [B, L, V] in the compute dtype."""
     table = self.embedding.astype(dtype(self.cfg.dtype))
-    return jnp.einsum('bld,vd->blv', x_BLD.astype(table.dtype), table)
+    return dense(x_BLD.astype(table.dtype), table.T)  # one 2-D matmul (tx/ops/matmul.py)
 
 
 @config

@@ -5,6 +5,7 @@ from __future__ import annotations
 import flax.linen as nn
 
 from tx.config.base import choice, config
+from tx.ops.matmul import dense_dot_general
 from tx.layers.common import (FFN_ACTIVATIONS, activation, constrain, default_kernel_init,
                               dropout, dtype, partitioned)
 
@@ -32,7 +33,7 @@ class FeedForward(nn.Module):
 
     def dense(features, axes, name):
       return nn.Dense(features, use_bias=cfg.use_bias, dtype=dtype(cfg.dtype),
-                      param_dtype=dtype(cfg.param_dtype),
+                      param_dtype=dtype(cfg.param_dtype), dot_general=dense_dot_general,
                       kernel_init=partitioned(default_kernel_init, axes),
                       bias_init=partitioned(nn.initializers.zeros, axes[-1:]), name=name)
 

@@ -59,6 +59,7 @@ import jax.numpy as jnp
 from tx.config.base import config, fail
 from tx.layers.common import FFN_ACTIVATIONS as ACTIVATIONS
 from tx.layers.common import activation as activation_fn
+from tx.ops.matmul import dense_dot_general
 
 DTYPES = ('float32', 'bfloat16', 'float16')
 
@@ -178,7 +179,7 @@ class MoEFeedForward(nn.Module):
 
     logits_BLE = nn.Dense(
         cfg.num_experts, use_bias=False, dtype=jnp.float32,
-        param_dtype=jnp.dtype(cfg.param_dtype),
+        param_dtype=jnp.dtype(cfg.param_dtype), dot_general=dense_dot_general,
         kernel_init=nn.with_logical_partitioning(nn.initializers.lecun_normal(),
                                                  ('embed', 'expert')),
         name='router')(x_BLD.astype(jnp.float32))

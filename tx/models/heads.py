@@ -10,11 +10,12 @@ from tx.layers.common import ACTIVATIONS, default_kernel_init, dtype, partitione
 from tx.layers.embed import Embed
 from tx.layers.norm import Norm
 from tx.models.layer_configs import norm_config
+from tx.ops.matmul import dense_dot_general
 
 
 def _dense(cfg: ModelConfig, features, axes, name, use_bias=True):
   return nn.Dense(features, use_bias=use_bias, dtype=dtype(cfg.dtype),
-                  param_dtype=dtype(cfg.param_dtype),
+                  param_dtype=dtype(cfg.param_dtype), dot_general=dense_dot_general,
                   kernel_init=partitioned(default_kernel_init, axes),
                   bias_init=partitioned(nn.initializers.zeros, axes[-1:]), name=name)
 

@@ -1,9 +1,10 @@
-"""Pure JAX ops for Transformers: attention, masks, positions, losses.
+"""Pure JAX ops for Transformers: attention, dense products, masks, positions, losses.
 
 No Flax here: any JAX project can `from tx.ops import dot_product_attention`.
 """
 
 from tx.ops.attention import dot_product_attention
+from tx.ops.matmul import dense, dense_dot_general
 from tx.ops.losses import softmax_cross_entropy, token_accuracy, weighted_mean
 from tx.ops.masks import (
     causal_mask,
@@ -35,6 +36,8 @@ __all__ = [
     'causal_mask_from_positions',
     'combine_masks',
     'cross_attention_mask',
+    'dense',
+    'dense_dot_general',
     'dot_product_attention',
     'key_padding_mask',
     'mask_to_bias',
