@@ -228,8 +228,8 @@ def _parse(argv):
 
 def main(argv=None) -> int:
   if argv is None:  # a real command line, not a test calling main([...])
-    from tx.hugepages import reexec_with_hugepages  # pylint: disable=g-import-not-at-top
-    reexec_with_hugepages()
+    from tx.malloc_tuning import reexec_tuned  # pylint: disable=g-import-not-at-top
+    reexec_tuned()
   args = _parse(argv)
   from tx.config.base import ConfigError  # pylint: disable=g-import-not-at-top
   errors: tuple[type[BaseException], ...] = (ConfigError, UserError, FileNotFoundError)

@@ -17,7 +17,7 @@ import resource
 import subprocess
 import sys
 
-from tx import hugepages
+from tx import malloc_tuning
 
 MARK = 'TX_BENCH_RESULT '
 
@@ -29,12 +29,12 @@ class BenchError(RuntimeError):
 def thread_env(threads: int) -> dict[str, str]:
   """Environment pinning both frameworks to `threads` CPU threads (one simulated device).
 
-  It also asks glibc for transparent huge pages (tx/hugepages.py) where that would change
-  allocation, for tx and the peer alike; `TX_HUGEPAGES=0` measures without.
+  It also sets tx's glibc malloc tunables (tx/malloc_tuning.py) where they apply, for tx
+  and the peer alike; `TX_MALLOC_TUNING=0` measures without.
   """
   env = dict(os.environ)
-  if hugepages.would_help(env):
-    env = hugepages.tuned_env(env)
+  if malloc_tuning.would_help(env):
+    env = malloc_tuning.tuned_env(env)
   flags = [f for f in env.get('XLA_FLAGS', '').split()
            if not f.startswith('--xla_force_host_platform_device_count')]
   env.update(XLA_FLAGS=' '.join(flags), JAX_PLATFORMS=env.get('JAX_PLATFORMS', '') or 'cpu',

@@ -1,0 +1,90 @@
+"""tx/malloc_tuning.py: the glibc tunables, when tx re-executes with them, and that they
+take effect on large allocations."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tx import malloc_tuning
+from tx.malloc_tuning import TUNABLES
+
+needs_glibc = pytest.mark.skipif(not malloc_tuning.would_help({}),
+                                 reason='needs Linux with glibc >= 2.35')
+
+
+def _clean_env():
+  return {k: v for k, v in os.environ.items()
+          if k not in ('GLIBC_TUNABLES', 'TX_MALLOC_TUNING')}
+
+
+def test_tuned_env_adds_the_tunables_and_keeps_the_others():
+  assert malloc_tuning.tuned_env({})['GLIBC_TUNABLES'] == TUNABLES
+  env = malloc_tuning.tuned_env({'GLIBC_TUNABLES': 'glibc.malloc.arena_max=2', 'A': 'b'})
+  assert env == {'GLIBC_TUNABLES': 'glibc.malloc.arena_max=2:' + TUNABLES, 'A': 'b'}
+
+
+@pytest.mark.parametrize('mine', ['glibc.malloc.hugetlb=0', 'glibc.malloc.mmap_max=65536'])
+def test_a_value_already_set_wins(mine):
+  env = {'GLIBC_TUNABLES': mine}
+  assert malloc_tuning.tuned_env(env) == env
+  assert not malloc_tuning.would_help(env)
+
+
+def test_opt_out():
+  assert not malloc_tuning.would_help({'TX_MALLOC_TUNING': '0'})
+
+
+_SHOW = ('import os; from tx.malloc_tuning import reexec_tuned; '
+         'print("before", os.getpid(), os.environ.get("GLIBC_TUNABLES"), flush=True); '
+         'reexec_tuned(); '
+         'print("after", os.getpid(), os.environ.get("GLIBC_TUNABLES"))')
+
+
+@needs_glibc
+def test_reexec_keeps_the_pid_and_sets_the_tunables():
+  out = subprocess.run([sys.executable, '-c', _SHOW], env=_clean_env(), capture_output=True,
+                       text=True, check=True).stdout.split('\n')
+  pid = out[0].split()[1]
+  assert out[0] == f'before {pid} None'
+  assert out[1] == f'before {pid} {TUNABLES}'  # the same process, run again
+  assert out[2] == f'after {pid} {TUNABLES}'
+
+
+# Mallocs and fills SIZE bytes 20 times from a worker thread (as XLA:CPU allocates its
+# per-step buffer; numpy is not used because it asks for huge pages itself) and prints
+# the minor page faults that took.
+_FAULTS = ('import ctypes, resource, sys, threading\n'
+           'size = int(sys.argv[1])\n'
+           'libc = ctypes.CDLL(None)\n'
+           'libc.malloc.restype = ctypes.c_void_p\n'
+           'libc.malloc.argtypes = [ctypes.c_size_t]\n'
+           'libc.free.argtypes = [ctypes.c_void_p]\n'
+           'def work():\n'
+           '  for _ in range(20):\n'
+           '    p = libc.malloc(size); ctypes.memset(p, 1, size); libc.free(p)\n'
+           'r0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt\n'
+           't = threading.Thread(target=work); t.start(); t.join()\n'
+           'print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - r0)')
+
+
+def _faults(env, size):
+  return int(subprocess.run([sys.executable, '-c', _FAULTS, str(size)], env=env,
+                            capture_output=True, text=True, check=True).stdout)
+
+
+@needs_glibc
+def test_the_tunables_cut_page_faults_of_per_step_buffers():
+  """A 45 MB buffer (the baby GPT's) is reused instead of faulted in 20 times; a 128 MB one
+  (above what a thread's heap holds) still is mapped each time, in far fewer faults where
+  the kernel gives huge pages on request."""
+  base = _clean_env()
+  pages = (45 << 20) // 4096
+  plain, tuned = _faults(base, 45 << 20), _faults(malloc_tuning.tuned_env(base), 45 << 20)
+  assert plain > 10 * pages, plain  # faulted in afresh (nearly) every time
+  assert tuned < 2 * pages, tuned  # faulted in about once
+  thp = open('/sys/kernel/mm/transparent_hugepage/enabled').read()
+  if '[madvise]' in thp:
+    plain, tuned = _faults(base, 128 << 20), _faults(malloc_tuning.tuned_env(base), 128 << 20)
+    assert tuned < plain / 10, (plain, tuned)

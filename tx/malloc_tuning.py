@@ -1,0 +1,67 @@
+"""glibc malloc settings for the buffers XLA:CPU allocates at every step (Linux, glibc).
+
+XLA:CPU allocates one temporary buffer per execution (2.2 GB for the benchmark's 6-layer
+GPT step, 45 MB for nanoGPT's baby GPT) with `posix_memalign` from a worker thread.
+glibc serves a buffer that size with a fresh `mmap` and returns it with `munmap`, so every
+step faults every page in again and the kernel zeroes it (6-layer step: ~540,000 minor
+faults, ~0.8 s of kernel time in 5 s on a 2-core host). Three glibc tunables
+(benchmarks/NOTES.md, attempts 24 and 26):
+
+- `glibc.malloc.hugetlb=1`: malloc asks for transparent huge pages on its large mappings,
+  2 MB pages instead of 4 KB (~1,500 faults; the 6-layer step 9-11 % faster);
+- `glibc.malloc.mmap_max=0` and `glibc.malloc.trim_threshold=256 MiB`: buffers up to
+  64 MB come from malloc's heaps and are reused across steps instead of being mapped
+  afresh (the baby GPT's step ~12 % faster); up to 256 MiB of free memory at the top of a
+  heap stays with the process. Larger buffers are still mapped per step (glibc falls back
+  to `mmap` for them), with huge pages.
+
+glibc reads tunables once, at process start, so they have to be in the environment
+before Python starts: the `tx` command re-executes itself once with them
+(`reexec_tuned`), and `tx bench` starts every measurement, tx's and the peer's, with them
+(`tuned_env`). In your own scripts: `export GLIBC_TUNABLES=` + `TUNABLES`.
+`TX_MALLOC_TUNING=0` turns the re-execution off; a GLIBC_TUNABLES that already sets any of
+these keys is left alone.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+
+TUNABLES = ('glibc.malloc.hugetlb=1:glibc.malloc.mmap_max=0:'
+            f'glibc.malloc.trim_threshold={256 << 20}')
+_KEYS = tuple(t.split('=')[0] for t in TUNABLES.split(':'))
+
+
+def tuned_env(env: dict[str, str]) -> dict[str, str]:
+  """`env` with `TUNABLES` appended to GLIBC_TUNABLES, unless it already sets one of them."""
+  tunables = env.get('GLIBC_TUNABLES', '')
+  if any(key in tunables for key in _KEYS):
+    return dict(env)
+  return dict(env, GLIBC_TUNABLES=':'.join(t for t in (tunables, TUNABLES) if t))
+
+
+def would_help(env: dict[str, str]) -> bool:
+  """True on Linux with glibc >= 2.35 (the first with `hugetlb`) when `env` lacks the
+  tunables and `TX_MALLOC_TUNING` is not '0'."""
+  if env.get('TX_MALLOC_TUNING') == '0' or tuned_env(env) == env:
+    return False
+  if sys.platform != 'linux':
+    return False
+  lib, version = platform.libc_ver()
+  return lib == 'glibc' and tuple(int(p) for p in version.split('.')[:2]) >= (2, 35)
+
+
+def reexec_tuned() -> None:
+  """Replaces this process by itself with the tunables set, when `would_help`; else returns.
+
+  Call it first thing in a command-line entry point, before any large allocation: the
+  process keeps its pid, arguments, standard streams and working directory.
+  """
+  if not would_help(dict(os.environ)) or not getattr(sys, 'orig_argv', None):
+    return
+  sys.stdout.flush()
+  sys.stderr.flush()
+  # The new process sees the tunables in GLIBC_TUNABLES, so `would_help` is False there.
+  os.execve(sys.executable, sys.orig_argv, tuned_env(dict(os.environ)))
