@@ -2,7 +2,7 @@
 
 Orbax reads a step with one asyncio task per array, gathered in a private event loop that it
 closes when the first read fails. The other reads of the damaged step then fail unawaited:
-asyncio logs "Task exception was never retrieved", Python reports their coroutines as
+asyncio logs "Task (or Future) exception was never retrieved", Python reports their coroutines as
 "Exception ignored in", and TensorStore's completion callbacks hit the closed loop ("Event loop
 is closed"), at any later moment, often at interpreter exit. restore() already reports the
 step's failure once (and falls back or raises CheckpointError), so these tracebacks are noise
@@ -15,11 +15,14 @@ from __future__ import annotations
 import logging
 import sys
 
-_READ_ERROR = 'Encountered error while reading array'
+# Orbax wraps a failed array read in the first message; a read that fails after the loop
+# has moved on can surface as TensorStore's own error (e.g. 'OUT_OF_RANGE: Error reading
+# "w2/0.0" in OCDBT database at ...'), which is the second.
+_READ_ERRORS = ('Encountered error while reading array', 'in OCDBT database at')
 
 
 def _is_read_error(exc) -> bool:
-  return exc is not None and _READ_ERROR in str(exc)
+  return exc is not None and any(m in str(exc) for m in _READ_ERRORS)
 
 
 def _is_callback_into_closed_loop(exc, tb) -> bool:

@@ -1,0 +1,27 @@
+"""tx/train/orphaned_reads.py: which 'never retrieved' asyncio records are dropped."""
+
+import logging
+
+from tx.train import orphaned_reads
+
+
+def _record(message, exc):
+  return logging.LogRecord('asyncio', logging.ERROR, __file__, 1, message, None,
+                           (type(exc), exc, None))
+
+
+def test_read_debris_of_a_damaged_step_is_dropped_in_both_shapes():
+  keep = orphaned_reads._NeverRetrievedReadErrors().filter
+  orbax = ValueError('Encountered error while reading array index (0, 0) for "w1"')
+  tensorstore = ValueError('OUT_OF_RANGE: Error reading "w2/0.0" in OCDBT database at local '
+                           'file "/tmp/x/1/state/": Requested byte range [75818, 90978) is not '
+                           'valid for value of size 100')
+  for message in ('Task exception was never retrieved', 'Future exception was never retrieved'):
+    assert not keep(_record(message, orbax))
+    assert not keep(_record(message, tensorstore))
+
+
+def test_anything_else_reaches_the_log():
+  keep = orphaned_reads._NeverRetrievedReadErrors().filter
+  assert keep(_record('Future exception was never retrieved', ValueError('a real bug')))
+  assert keep(_record('something else', ValueError('in OCDBT database at local file "x"')))
