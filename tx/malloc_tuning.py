@@ -59,7 +59,8 @@ def reexec_tuned() -> None:
   Call it first thing in a command-line entry point, before any large allocation: the
   process keeps its pid, arguments, standard streams and working directory.
   """
-  if not would_help(dict(os.environ)) or not getattr(sys, 'orig_argv', None):
+  if (not would_help(dict(os.environ)) or not getattr(sys, 'orig_argv', None)
+      or not sys.executable):  # embedded interpreters have nothing to re-execute
     return
   sys.stdout.flush()
   sys.stderr.flush()
