@@ -124,22 +124,22 @@ def test_only_patterns_match_anywhere_in_the_name():
 def test_seeds_dirs_and_base_seed(env, tmp_path):
   s = make_sweep('s', base=BASE, axes=axis('model.ffn', ['relu', 'gelu']), seeds=3,
                  overrides={'train.seed': 10})
-  runs = plan(s, tmp_path)
+  runs = plan(s, tmp_path, resolve=registry.get)
   assert [(r.variant, r.seed, r.config.train.seed) for r in runs] == [
       ('ffn=relu', 0, 10), ('ffn=relu', 1, 11), ('ffn=relu', 2, 12),
       ('ffn=gelu', 0, 10), ('ffn=gelu', 1, 11), ('ffn=gelu', 2, 12)]
   assert runs[4].dir == tmp_path / 'ffn=gelu' / 'seed_1'
   assert runs[4].config.model.ffn == 'gelu' and runs[4].config.name == BASE
-  assert len(plan(s, tmp_path, seeds=1)) == 2
+  assert len(plan(s, tmp_path, resolve=registry.get, seeds=1)) == 2
 
 
 def test_invalid_variant_fails_up_front_naming_the_key(env, tmp_path, capsys):
   bad = registry.get_sweep(BAD_SWEEP)
   with pytest.raises(ConfigError, match=r'variant position=bogus: model\.position: .bogus.'):
-    plan(bad, tmp_path)
+    plan(bad, tmp_path, resolve=registry.get)
   typo = make_sweep('t', base=BASE, axes=axis('model.positon', ['rope']))
   with pytest.raises(ConfigError, match=r'model\.positon: unknown key'):
-    plan(typo, tmp_path)
+    plan(typo, tmp_path, resolve=registry.get)
   workdir = tmp_path / 'bad'
   assert main(['sweep', BAD_SWEEP, '--workdir', str(workdir)]) == 2
   err = capsys.readouterr().err.strip()
@@ -180,7 +180,7 @@ def test_commands_reproduce_each_run_and_write_nothing(env, tmp_path, capsys):
                '--commands', '--set', 'train.steps=5', 'optim.b2=0.95']) == 0
   lines = capsys.readouterr().out.splitlines()
   assert len(lines) == 2 and not workdir.exists()
-  planned = plan(registry.get_sweep(SWEEP), workdir, seeds=2,
+  planned = plan(registry.get_sweep(SWEEP), workdir, resolve=registry.get, seeds=2,
                  extra={'train.steps': 5, 'optim.b2': 0.95})
   for line, run in zip(lines, [r for r in planned if r.variant == 'ffn=gelu']):
     argv = shlex.split(line)
@@ -300,4 +300,4 @@ def test_registered_sweeps_validate(env, tmp_path):
   """Every sweep registered (built-in ones included) plans without a config error."""
   for name in registry.sweep_names():
     if name != BAD_SWEEP:
-      assert plan(registry.get_sweep(name), tmp_path)
+      assert plan(registry.get_sweep(name), tmp_path, resolve=registry.get)

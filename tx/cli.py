@@ -25,8 +25,10 @@ import argparse
 import sys
 from pathlib import Path
 
-class UserError(Exception):
-  """Raised for command-line misuse; printed as one line."""
+from tx.errors import UserError  # noqa: F401  (also tx.cli.UserError, as before)
+
+# Each command imports what it needs when it runs (the imports inside the cmd_* functions):
+# `tx --help`, `tx list` and a usage error stay fast and never import JAX.
 
 
 class _Parser(argparse.ArgumentParser):
@@ -152,8 +154,9 @@ def cmd_list(args) -> int:
 
 
 def cmd_sweep(args) -> int:
+  from tx import registry  # pylint: disable=g-import-not-at-top
   from tx.sweep.runner import cli  # pylint: disable=g-import-not-at-top
-  return cli(args)
+  return cli(args, registry.get_sweep(args.sweep), registry.get)
 
 
 def cmd_compare(args) -> int:
@@ -177,8 +180,8 @@ def cmd_train(args) -> int:
   else:
     cfg = registry.get(args.experiment, parse_overrides(args.set))
   check_workdir(args.workdir, cfg.name)
-  from tx.train.loop import train  # pylint: disable=g-import-not-at-top
-  result = train(cfg, args.workdir, quiet=args.quiet)
+  from tx.runs.training import train_run  # pylint: disable=g-import-not-at-top
+  result = train_run(cfg, args.workdir, quiet=args.quiet)
   s = result.summary
   ev = s.get('eval', {})
   print(f'{cfg.name}: step {s["steps"]}, eval loss {ev.get("loss", float("nan")):.4f}, '
@@ -186,18 +189,18 @@ def cmd_train(args) -> int:
         + (f', bits/byte {ev["bits_per_byte"]:.3f}' if 'bits_per_byte' in ev else '')
         + f', {s["wall_time_s"]:.0f}s wall, {s.get("tokens_per_s") or 0:.0f} tokens/s')
   if cfg.task_name == 'causal_lm' and cfg.train.sample_tokens:
-    from tx.decode.cli import sample_after_training  # pylint: disable=g-import-not-at-top
+    from tx.runs.commands import sample_after_training  # pylint: disable=g-import-not-at-top
     print('sample:\n' + sample_after_training(result))
   return 0
 
 
 def cmd_eval(args) -> int:
-  from tx.decode.cli import run_eval  # pylint: disable=g-import-not-at-top
+  from tx.runs.commands import run_eval  # pylint: disable=g-import-not-at-top
   return run_eval(args)
 
 
 def cmd_generate(args) -> int:
-  from tx.decode.cli import run_generate  # pylint: disable=g-import-not-at-top
+  from tx.runs.commands import run_generate  # pylint: disable=g-import-not-at-top
   return run_generate(args)
 
 
@@ -207,8 +210,9 @@ def cmd_bench(args) -> int:
 
 
 def cmd_plan(args) -> int:
-  from tx.train.plan_cli import cli  # pylint: disable=g-import-not-at-top
-  return cli(args)
+  from tx import registry  # pylint: disable=g-import-not-at-top
+  from tx.runs.plan_cli import cli  # pylint: disable=g-import-not-at-top
+  return cli(args, registry.get)
 
 
 def cmd_convert(args) -> int:

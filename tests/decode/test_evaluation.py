@@ -10,8 +10,8 @@ from tx.config.base import ConfigError
 from tx.config.experiment import ExperimentConfig
 from tx.config.train import DecodeConfig, MeshConfig, TrainConfig
 from tx.data.tokenizers import CharTokenizer
-from tx.decode import evaluation
-from tx.decode.cli import parse_factors
+from tx.runs import evaluation
+from tx.runs.commands import parse_factors
 from tx.train.mesh import make_mesh
 
 CHARS = 'abcdefghijklmnopqrstuvwxyz '  # + 5 specials = the tiny models' vocabulary of 32

@@ -79,7 +79,7 @@ def test_cli_convert_bad_dir_exits_2(tmp_path, capsys):
 
 
 def test_convert_writes_a_run_that_load_run_restores(reference, tmp_path, capsys):
-  from tx.train.restore import load_run  # pylint: disable=g-import-not-at-top
+  from tx.runs.restore import load_run  # pylint: disable=g-import-not-at-top
   _, path = reference('gpt2')
   cfg, params = load_hf(path)
   run = tmp_path / 'run'

@@ -151,7 +151,7 @@ def test_generate_matches_transformers(t5_run, capsys):
 
 
 def test_train_fine_tunes_the_converted_t5(t5_run, tmp_path, capsys):
-  from tx.train.restore import load_run  # pylint: disable=g-import-not-at-top
+  from tx.runs.restore import load_run  # pylint: disable=g-import-not-at-top
   run = tmp_path / 'run'
   shutil.copytree(t5_run[2], run)
   _, before, _, _ = load_run(run)

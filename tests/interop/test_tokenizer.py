@@ -352,7 +352,7 @@ def test_train_without_an_experiment_fine_tunes_a_converted_run(converted, tmp_p
   """`tx train --workdir OUT` continues the converted run with its own config: it resumes
   from the imported step-0 checkpoint, updates the params and keeps the checkpoint's ids."""
   import shutil  # pylint: disable=g-import-not-at-top
-  from tx.train.restore import load_run  # pylint: disable=g-import-not-at-top
+  from tx.runs.restore import load_run  # pylint: disable=g-import-not-at-top
   run = tmp_path / 'run'
   shutil.copytree(converted('gpt2'), run)
   _, before, _, _ = load_run(run)

@@ -105,7 +105,7 @@ def assert_same_final_state(a: Path, b: Path, steps: int):
   returns the config."""
   import jax  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
-  from tx.train.restore import load_run  # pylint: disable=g-import-not-at-top
+  from tx.runs.restore import load_run  # pylint: disable=g-import-not-at-top
   cfg_a, state_a, _, step_a = load_run(a)
   cfg_b, state_b, _, step_b = load_run(b)
   assert step_a == step_b == steps and cfg_a == cfg_b

@@ -19,7 +19,7 @@ from tx.tasks import make_task
 from tx.train.errors import NonFiniteError
 from tx.train.loop import make_pipelines, train
 from tx.train.optimizer import make_optimizer
-from tx.train.restore import load_run
+from tx.runs.restore import load_run
 from tx.train.state import TrainState
 from tx.train.step import make_train_step
 

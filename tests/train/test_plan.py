@@ -28,8 +28,8 @@ import json, sys
 import jax
 from tx import registry
 from tx.config.base import parse_overrides
-from tx.train import plan as planning
-from tx.train.plan_cli import backend_started, ensure_devices, format_plan
+from tx.runs import plan as planning
+from tx.runs.plan_cli import backend_started, ensure_devices, format_plan
 imported_without_backend = not backend_started()
 assert ensure_devices(8)
 sets, meshes = json.loads(sys.argv[1]), json.loads(sys.argv[2])

@@ -24,7 +24,7 @@ from tx.train.evaluate import evaluate
 from tx.train.loop import make_pipelines, train
 from tx.train.mesh import make_mesh
 from tx.train.optimizer import make_optimizer
-from tx.train.restore import load_run
+from tx.runs.restore import load_run
 from tx.train.state import TrainState
 from tx.train.step import make_eval_step, make_train_step
 

@@ -23,6 +23,7 @@ import time
 
 from tx.bench import cases as cases_lib
 from tx.bench.worker import BenchError, run_isolated, thread_env
+from tx.errors import UserError
 
 TX = 'tx.bench.tx_side'
 PEERS = 'tx.bench.torch_peers'
@@ -117,7 +118,6 @@ def machine(threads: int) -> dict:
 def cli(args) -> int:
   """`tx bench` (arguments parsed in tx/cli.py)."""
   from tx.bench import report  # pylint: disable=g-import-not-at-top
-  from tx.cli import UserError  # pylint: disable=g-import-not-at-top
   try:
     chosen = select(args.quick, args.only)
   except ValueError as e:

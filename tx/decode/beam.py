@@ -25,7 +25,7 @@ from tx.config.model import ModelConfig
 from tx.data.tokenizers.specials import BOS_ID, EOS_ID, PAD_ID
 from tx.decode.segments import cache_schedule, segmented_while_loop
 from tx.decode.steps import lm_stepper, seq2seq_stepper
-from tx.decode.window import needs_window
+from tx.decode.learned_positions import needs_crop
 from tx.ops.sampling import NEG_INF
 
 NEG = -1e9  # the log-prob of an empty beam slot
@@ -154,7 +154,7 @@ def beam_search_lm(cfg: ModelConfig, params, prompt_BP, *, beams: int = 4, max_l
   prompt and max_len must fit model.max_len (ConfigError otherwise).
   """
   b, p = prompt_BP.shape
-  if needs_window(cfg, p, max_len):
+  if needs_crop(cfg, p, max_len):
     raise ConfigError(
         f'beam search over learned positions needs prompt length ({p}) + max_len ({max_len}) '
         f'- 1 <= model.max_len ({cfg.max_len}); lower decode.max_len or shorten the prompt, '
@@ -184,9 +184,3 @@ def beam_search_seq2seq(cfg: ModelConfig, params, src_BS, *, beams: int = 4, max
   step_fn = lambda cache, tok, t: s.step(cache, tok, jnp.full((b * beams, 1), t + 1, jnp.int32))
   return search(step_fn, s.cache, s.logits, b, beams, max_len=max_len, alpha=alpha,
                 eos_id=eos_id, resize=s.resize, schedule=schedule[1:])
-
-
-def beam_search_texts(cfg, params, tokenizer, texts: list[str], decode_cfg) -> list[str]:
-  """Beam-search continuations / translations of `texts` (the `tx generate` path)."""
-  from tx.decode.texts import generate_texts  # pylint: disable=g-import-not-at-top
-  return generate_texts(cfg, params, tokenizer, texts, decode_cfg.replace(strategy='beam'))

@@ -6,7 +6,7 @@ once every row has emitted EOS. Long generations grow the KV cache in up to 4
 segments (one while_loop each; tx/decode/segments.py), so early steps do not read
 the empty slots at the end of the cache. A decoder with learned positions that would run
 past its position table slides a window of its last max_len tokens instead, as nanoGPT
-does (tx/decode/window.py).
+does (tx/decode/learned_positions.py).
 
 Prompts are LEFT-padded (pad id 0) so every row's last prompt token sits in the same
 slot; positions count real tokens only, so absolute position schemes see 0, 1, 2, ...
@@ -30,7 +30,7 @@ from tx.config.model import ModelConfig
 from tx.data.tokenizers.specials import BOS_ID, EOS_ID, PAD_ID
 from tx.decode.segments import cache_schedule, segmented_while_loop
 from tx.decode.steps import lm_stepper, seq2seq_stepper
-from tx.decode.window import needs_window, window_stepper
+from tx.decode.learned_positions import needs_crop, crop_stepper
 from tx.ops.sampling import NEG_INF
 
 __all__ = ['BOS_ID', 'EOS_ID', 'PAD_ID', 'generate_lm', 'generate_seq2seq', 'left_pad',
@@ -118,13 +118,13 @@ def generate_lm(cfg: ModelConfig, params, prompt_BP, rng, *, max_new: int, strat
   cache_segments: grow the KV cache in this many segments (`cache_schedule`; None: by
   length; 1: allocate it whole). The tokens do not depend on it.
   With learned positions and P + max_new - 1 > model.max_len, decoding slides a window
-  of the last max_len tokens instead, recomputed each step (tx/decode/window.py).
+  of the last max_len tokens instead, recomputed each step (tx/decode/learned_positions.py).
   """
   loop = functools.partial(decode_loop, rng=rng, max_new=max_new, strategy=strategy,
                            temperature=temperature, top_k=top_k, top_p=top_p, eos_id=eos_id,
                            return_logits=return_logits, pad_id=pad_id)
-  if needs_window(cfg, prompt_BP.shape[1], max_new):
-    s = window_stepper(cfg, params, prompt_BP, prompt_valid_BP=prompt_valid)
+  if needs_crop(cfg, prompt_BP.shape[1], max_new):
+    s = crop_stepper(cfg, params, prompt_BP, prompt_valid_BP=prompt_valid)
     return loop(s.step, s.cache, s.logits, s.positions)
   schedule = cache_schedule(prompt_BP.shape[1], max_new, cache_segments)
   s = lm_stepper(cfg, params, prompt_BP, schedule[0][1], prompt_valid_BP=prompt_valid)

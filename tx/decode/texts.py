@@ -144,3 +144,8 @@ def generate_texts(cfg, params, tokenizer, texts: list[str], decode_cfg, *,
       else:
         outputs.append(tokenizer.decode(new))
   return outputs
+
+
+def beam_search_texts(cfg, params, tokenizer, texts: list[str], decode_cfg) -> list[str]:
+  """Beam-search continuations / translations of `texts` (the `tx generate` path)."""
+  return generate_texts(cfg, params, tokenizer, texts, decode_cfg.replace(strategy='beam'))

@@ -51,6 +51,7 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 
+from tx import registry
 from tx.config.base import ConfigError, override, parse_overrides
 from tx.config.experiment import ExperimentConfig
 from tx.data.tokenizers.hf import CONFIG_FILES, HEADER_FILE, HF_FILE, HfTokenizer
@@ -142,7 +143,6 @@ def _write_run(hf_dir, workdir, model_cfg, params, experiment, overrides, tokeni
     overrides.update({'data.tokenizer': 'hf', 'data.tokenizer_path': str(header)})
   base = None
   if experiment is not None:
-    from tx import registry  # pylint: disable=g-import-not-at-top
     base = registry.get(experiment)
   name = experiment or f'hf_{hf_dir.name}'
   cfg = converted_config(model_cfg, base, overrides, name)

@@ -1,6 +1,6 @@
 """`tx sweep`: run every variant x seed of a sweep into WORKDIR/<variant>/seed_<k>.
 
-Runs go one after another in this process (`tx.train.loop.train`, quiet). A run whose
+Runs go one after another in this process (`tx.runs.train_run`, quiet). A run whose
 summary.json exists is done and skipped; one with a config.json or checkpoints but no
 summary is partial and resumes (train resumes by itself). `WORKDIR/sweep.json` records
 the sweep (name, base, axes, seeds, baseline, runs with overrides and dirs) for
@@ -22,9 +22,11 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from tx.config.base import ConfigError, flatten_dict
-from tx.sweep.spec import Run, Sweep, plan, select
+from tx.config.base import ConfigError, flatten_dict, parse_overrides
+from tx.runs.training import train_run
+from tx.sweep.spec import Resolver, Run, Sweep, plan, select
 from tx.train import run_dir
+from tx.train.errors import NonFiniteError
 
 SWEEP_JSON = 'sweep.json'
 # Filled in by training from the data (the tokenizer), so never a difference in config.
@@ -135,17 +137,21 @@ def _check_partials(runs: list[Run]) -> None:
                           f'({diff[0]}); remove the directory or run with the same --set')
 
 
-def run(sweep: Sweep, workdir, *, seeds: int | None = None, extra: dict | None = None,
-        only: list[str] | None = None, train_fn: Callable | None = None) -> int:
+def run(sweep: Sweep, workdir, *, resolve: Resolver, seeds: int | None = None,
+        extra: dict | None = None, only: list[str] | None = None,
+        train_fn: Callable | None = None) -> int:
   """Runs the sweep (skipping done runs, resuming partial ones); returns the exit status:
-  0, or 1 when some run stopped on a non-finite loss (recorded in sweep.json, others go on)."""
+  0, or 1 when some run stopped on a non-finite loss (recorded in sweep.json, others go on).
+
+  resolve: (base, overrides) -> ExperimentConfig (see `plan`); train_fn: default
+  `tx.runs.train_run` (training plus the end-of-run evaluations).
+  """
   workdir = Path(workdir)
   extra = dict(extra or {})
-  all_runs = plan(sweep, workdir, seeds=seeds, extra=extra)
+  all_runs = plan(sweep, workdir, resolve=resolve, seeds=seeds, extra=extra)
   runs = select(all_runs, only, sweep)
   _check_partials(runs)
-  from tx.train import loop  # pylint: disable=g-import-not-at-top
-  train_fn = train_fn or loop.train
+  train_fn = train_fn or train_run
   data = record(sweep, all_runs, workdir, extra)
   write_record(workdir, data)
   entries = {e['dir']: e for e in data['runs']}
@@ -170,7 +176,7 @@ def run(sweep: Sweep, workdir, *, seeds: int | None = None, extra: dict | None =
     t0 = time.time()
     try:
       result = train_fn(r.config, r.dir, quiet=True)
-    except loop.NonFiniteError as e:
+    except NonFiniteError as e:
       failed.append(r)
       entry['error'] = str(e)
       write_record(workdir, data)
@@ -187,21 +193,20 @@ def run(sweep: Sweep, workdir, *, seeds: int | None = None, extra: dict | None =
   return 1 if failed else 0
 
 
-def cli(args) -> int:
+def cli(args, sweep: Sweep, resolve: Resolver) -> int:
   """`tx sweep SWEEP --workdir DIR [--seeds N] [--only P ...] [--dry-run | --commands]
-  [--set k=v ...]`."""
-  from tx import registry  # pylint: disable=g-import-not-at-top
-  from tx.config.base import parse_overrides  # pylint: disable=g-import-not-at-top
-  sweep = registry.get_sweep(args.sweep)
+  [--set k=v ...]`, with the registered `sweep` and the registry's `resolve`."""
   extra = parse_overrides(args.set)
   if args.seeds is not None and args.seeds < 1:
     raise ConfigError(f'--seeds: must be >= 1, got {args.seeds}')
   if args.dry_run or args.commands:
-    runs = select(plan(sweep, args.workdir, seeds=args.seeds, extra=extra), args.only, sweep)
+    runs = select(plan(sweep, args.workdir, resolve=resolve, seeds=args.seeds, extra=extra),
+                  args.only, sweep)
     if args.commands:
       for r in runs:
         print(r.command(sweep.base))
     else:
       print_plan(sweep, runs)
     return 0
-  return run(sweep, args.workdir, seeds=args.seeds, extra=extra, only=args.only)
+  return run(sweep, args.workdir, resolve=resolve, seeds=args.seeds, extra=extra,
+             only=args.only)

@@ -3,7 +3,11 @@
     s = make_sweep('ablate_positions', base='lm_shakespeare_small',
                    axes=axis('model.position', ['sinusoidal', 'rope', 'alibi']), seeds=3,
                    baseline={'model.position': 'sinusoidal'})
-    runs = plan(s, 'runs/pos')     # every config resolved and validated, nothing written
+    runs = plan(s, 'runs/pos', resolve=registry.get)   # every config validated, nothing written
+
+The sweep names its base experiment; `resolve` (the registry's `get`, or any function
+(base, overrides) -> ExperimentConfig) turns names into configs, so tx.sweep never imports
+the registry (which sits above it and builds sweeps).
 
 Run k of a variant trains with `train.seed = base seed + k` into `WORKDIR/<variant>/seed_<k>`.
 The config keeps the base experiment's name, so `tx train BASE --set ...` (see
@@ -16,11 +20,13 @@ import dataclasses
 import fnmatch
 import shlex
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from tx.config.base import ConfigError, flatten, parse_literal
 from tx.sweep.axes import Axes, as_axes
 from tx.sweep.names import short_keys, variant_name
+
+Resolver = Callable[[str, Mapping[str, Any]], Any]  # (base name, overrides) -> ExperimentConfig
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,15 +141,15 @@ def matches(name: str, patterns: Sequence[str] | None) -> bool:
   return any(p in name or fnmatch.fnmatchcase(name, f'*{p}*') for p in patterns)
 
 
-def plan(sweep: Sweep, workdir, *, seeds: int | None = None,
+def plan(sweep: Sweep, workdir, *, resolve: Resolver, seeds: int | None = None,
          extra: Mapping[str, Any] | None = None) -> list[Run]:
   """Every run of `sweep` (variant x seed) with its config resolved and validated.
 
-  `seeds` replaces the sweep's seed count and `extra` (`--set`) is applied to every run.
+  `resolve(base, overrides)` turns the base experiment's name and a variant's overrides
+  into a validated ExperimentConfig (`tx.registry.get`). `seeds` replaces the sweep's seed count and `extra` (`--set`) is applied to every run.
   Raises ConfigError naming the variant and key when any config is invalid, so a bad
   variant stops the sweep before anything runs.
   """
-  from tx import registry  # pylint: disable=g-import-not-at-top
   extra = dict(extra or {})
   axis_keys = set(sweep.axes.keys)
   for key in extra:
@@ -159,7 +165,7 @@ def plan(sweep: Sweep, workdir, *, seeds: int | None = None,
   for v in sweep.variants:
     overrides = {**dict(sweep.overrides), **v.overrides, **extra}
     try:
-      cfg = registry.get(sweep.base, overrides)
+      cfg = resolve(sweep.base, overrides)
     except ConfigError as e:
       raise ConfigError(f'sweep {sweep.name}, variant {v.name}: {e}') from None
     values = flatten(cfg)  # the typed values (command-line --set text arrives as str)

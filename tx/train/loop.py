@@ -15,12 +15,14 @@ import math
 import sys
 import time
 from pathlib import Path
+from typing import Any, Callable
 
 import flax.linen as nn
 import jax
-import numpy as np
 
+from tx.config.base import ConfigError
 from tx.config.experiment import ExperimentConfig
+from tx.data import make_pipeline
 from tx.models.build import build_model, count_params
 from tx.tasks import make_task, summarize
 from tx.train import processes, run_dir
@@ -67,7 +69,6 @@ def say(msg: str) -> None:
 
 def make_pipelines(cfg: ExperimentConfig, task_name: str):
   """Train and validation pipelines (this process's shard) sharing one tokenizer."""
-  from tx.data import make_pipeline  # pylint: disable=g-import-not-at-top
   pc, pi = jax.process_count(), jax.process_index()
   train = make_pipeline(cfg.data, task_name, 'train', batch_size=cfg.train.batch_size,
                         seed=cfg.train.seed, shard_index=pi, shard_count=pc)
@@ -96,14 +97,24 @@ def _report_data(pipe, name: str) -> None:
       + (f'; truncated {truncated} over-long examples' if truncated else ''))
 
 
-def train(cfg: ExperimentConfig, workdir: str | Path, *, quiet: bool = False) -> RunResult:
-  """Trains `cfg` into `workdir` (resuming if it holds checkpoints)."""
+FinalEval = Callable[[ExperimentConfig, Any, Any, Any], dict]
+"""(cfg, params, mesh, tokenizer) -> metrics merged into summary.json's 'eval' at the end."""
+
+
+def train(cfg: ExperimentConfig, workdir: str | Path, *, quiet: bool = False,
+          final_eval: FinalEval | None = None) -> RunResult:
+  """Trains `cfg` into `workdir` (resuming if it holds checkpoints).
+
+  final_eval: evaluations run once after the last step, on every process (they may be
+  collective), merged into summary['eval'] before summary.json is written. `tx train` and
+  `tx sweep` pass `tx.runs.end_of_run_eval` (the train.extrapolation table); see
+  `tx.runs.train_run`.
+  """
   start_wall = time.time()
   workdir = run_dir.check_workdir(workdir, cfg.name)
   task = make_task(cfg)
   mesh = make_mesh(cfg.mesh)
   if cfg.train.batch_size % batch_divisor(mesh):
-    from tx.config.base import ConfigError  # pylint: disable=g-import-not-at-top
     raise ConfigError(f'train.batch_size: {cfg.train.batch_size} is not divisible by the '
                       f'{batch_divisor(mesh)} data-parallel devices (mesh.data x mesh.fsdp)')
   train_pipe, eval_pipe = make_pipelines(cfg, task.name)
@@ -116,7 +127,8 @@ def train(cfg: ExperimentConfig, workdir: str | Path, *, quiet: bool = False) ->
   # Shardings before anything is written: a parameter dimension the mesh does not divide is
   # a ConfigError that leaves no half-made run directory behind.
   with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
-    sharded = state_shardings(model, optimizer, cfg.model, mesh, rules, cfg.train.seed)
+    abstract, shardings = state_shardings(model, optimizer, cfg.model, mesh, rules,
+                                          cfg.train.seed)
   workdir.mkdir(parents=True, exist_ok=True)
   if jax.process_index() == 0:
     run_dir.write_json(workdir / run_dir.CONFIG, run_dir.config_dict(cfg, workdir))
@@ -128,132 +140,191 @@ def train(cfg: ExperimentConfig, workdir: str | Path, *, quiet: bool = False) ->
   writer = run_dir.MetricsWriter(workdir)
   try:
     with jax.set_mesh(mesh), nn.logical_axis_rules(rules), PreemptionGuard() as guard:
-      return _run(cfg, workdir, task, model, optimizer, schedule, mesh, sharded, ckpt, writer,
-                  train_pipe, eval_pipe, start_wall, quiet, guard)
+      run = _Run(cfg=cfg, workdir=workdir, task=task, model=model, optimizer=optimizer,
+                 schedule=schedule, mesh=mesh, abstract=abstract, shardings=shardings,
+                 ckpt=ckpt, writer=writer, train_pipe=train_pipe, eval_pipe=eval_pipe,
+                 guard=guard, start_wall=start_wall)
+      state, batches = _restore_or_init(run)
+      compiled, eval_step = _compile(run, state, batches)
+      progress = _progress(run.step, cfg.train.steps, quiet)
+      try:
+        state = _train_steps(run, state, batches, compiled, eval_step, progress)
+      finally:
+        progress.close()
+      ckpt.wait()
+      return _finish(run, state, final_eval)
   finally:
     ckpt.close()
     writer.close()
 
 
-def _run(cfg, workdir, task, model, optimizer, schedule, mesh, sharded, ckpt, writer, train_pipe,
-         eval_pipe, start_wall, quiet, guard):
-  abstract, shardings = sharded
-  meta = {'best_eval': None, 'wall_time_s': 0.0}
-  latest = ckpt.latest_step()
-  if latest is not None:
-    state, data_state, meta, step = ckpt.restore(abstract)
-    batches = train_pipe.iterator(data_state)
-    writer.drop_after(step)  # rows the killed run logged past its last checkpoint
-    say(f'resuming from checkpoint at step {step} in {workdir / run_dir.CHECKPOINTS}')
+@dataclasses.dataclass
+class _Run:
+  """One training run's context: what it was built from, and its counters so far."""
+  cfg: ExperimentConfig
+  workdir: Path
+  task: Any
+  model: nn.Module
+  optimizer: Any
+  schedule: Callable
+  mesh: Any
+  abstract: Any  # the state's ShapeDtypeStructs
+  shardings: Any
+  ckpt: Checkpointer
+  writer: run_dir.MetricsWriter
+  train_pipe: Any
+  eval_pipe: Any
+  guard: PreemptionGuard
+  start_wall: float  # wall time not yet added to meta['wall_time_s']
+  meta: dict = dataclasses.field(default_factory=lambda: {'best_eval': None, 'wall_time_s': 0.0})
+  step: int = 0
+  params_count: int = 0
+  step_flops: float = 0.0
+  peak_flops: float = 0.0
+  compile_time: float = 0.0
+  best: dict | None = None
+  last_eval: dict | None = None
+  tokens_seen: float = 0.0
+  steps_run: int = 0
+  train_time: float = 0.0
+
+
+def _restore_or_init(run: _Run):
+  """(state, batch iterator) from the latest checkpoint, or fresh ones at step 0."""
+  if run.ckpt.latest_step() is not None:
+    state, data_state, run.meta, step = run.ckpt.restore(run.abstract)
+    batches = run.train_pipe.iterator(data_state)
+    run.writer.drop_after(step)  # rows the killed run logged past its last checkpoint
+    say(f'resuming from checkpoint at step {step} in {run.workdir / run_dir.CHECKPOINTS}')
   else:
-    state = init_state(model, optimizer, cfg.model, shardings, cfg.train.seed)
-    batches = train_pipe.iterator()
-    writer.drop_after(0)  # rows of a run killed before its first checkpoint
-  step = int(jax.device_get(state.step))
-  params_count = count_params(state.params)
+    state = init_state(run.model, run.optimizer, run.cfg.model, run.shardings,
+                       run.cfg.train.seed)
+    batches = run.train_pipe.iterator()
+    run.writer.drop_after(0)  # rows of a run killed before its first checkpoint
+  run.step = int(jax.device_get(state.step))
+  run.params_count = count_params(state.params)
+  run.best, run.last_eval = run.meta.get('best_eval'), run.meta.get('last_eval')
+  return state, batches
 
-  train_step = configured_train_step(cfg, model, task, optimizer, shardings,
+
+def _compile(run: _Run, state, batches):
+  """The train step compiled ahead of time for the global batch, and the jitted eval step;
+  sets the run's FLOPs per step and matmul ceiling (for MFU)."""
+  cfg, mesh = run.cfg, run.mesh
+  train_step = configured_train_step(cfg, run.model, run.task, run.optimizer, run.shardings,
                                      batch_sharding(mesh))
-  eval_step = jax.jit(make_eval_step(model, task))
-
-  spec = train_pipe.batch_spec()
-  global_rows = cfg.train.batch_size
-  abstract_batch = {k: jax.ShapeDtypeStruct((global_rows,) + shape[1:], dtype,
+  spec = run.train_pipe.batch_spec()
+  rows = cfg.train.batch_size
+  abstract_batch = {k: jax.ShapeDtypeStruct((rows,) + shape[1:], dtype,
                                             sharding=batch_sharding(mesh))
                     for k, (shape, dtype) in spec.items()}
   t0 = time.time()
-  compiled = train_step.lower(abstract, abstract_batch).compile()
-  compile_time = time.time() - t0
+  compiled = train_step.lower(run.abstract, abstract_batch).compile()
+  run.compile_time = time.time() - t0
   length = spec['src'][0][1] if 'src' in spec else spec['inputs'][0][1]
-  target_length = spec['targets'][0][1]
-  step_flops = flops_per_step(cfg.model, state.params, batch=global_rows, length=length,
-                              target_length=target_length)
-  peak = measure_matmul_ceiling(cfg.model.dtype) * jax.device_count()
-  say(f'{cfg.name}: {params_count:,} params, {step_flops / 1e9:.2f} GFLOP/step, '
-      f'compiled in {compile_time:.1f}s, {jax.device_count()} device(s) '
+  run.step_flops = flops_per_step(cfg.model, state.params, batch=rows, length=length,
+                                  target_length=spec['targets'][0][1])
+  run.peak_flops = measure_matmul_ceiling(cfg.model.dtype) * jax.device_count()
+  say(f'{cfg.name}: {run.params_count:,} params, {run.step_flops / 1e9:.2f} GFLOP/step, '
+      f'compiled in {run.compile_time:.1f}s, {jax.device_count()} device(s) '
       f'{dict(mesh.shape)}; training to step {cfg.train.steps}')
+  return compiled, jax.jit(make_eval_step(run.model, run.task))
 
-  best = meta.get('best_eval')
-  last_eval = meta.get('last_eval')
-  pending, window_start, window_steps = [], time.time(), 0
-  tokens_seen = 0.0
-  steps_run = 0
-  train_time = 0.0
-  progress = _progress(step, cfg.train.steps, quiet)
-  while step < cfg.train.steps:
-    local = next(batches)
-    state, metrics = compiled(state, global_batch(local, mesh))
-    step += 1
-    steps_run += 1
-    window_steps += 1
+
+def _train_steps(run: _Run, state, batches, compiled, eval_step, progress):
+  """Steps until train.steps: logs, evaluates and checkpoints on their schedules; raises
+  Preempted after saving when a stop signal arrived, NonFiniteError per train.nan_policy."""
+  cfg = run.cfg.train
+  pending, window_start = [], time.time()
+  while run.step < cfg.steps:
+    state, metrics = compiled(state, global_batch(next(batches), run.mesh))
+    run.step += 1
+    run.steps_run += 1
     pending.append(metrics)
-    at_log = step % cfg.train.log_every == 0 or step == cfg.train.steps
-    at_eval = step % cfg.train.eval_every == 0 or step == cfg.train.steps
-    at_ckpt = step % cfg.train.checkpoint_every == 0 or step == cfg.train.steps
+    last = run.step == cfg.steps
+    at_log = run.step % cfg.log_every == 0 or last
+    at_eval = run.step % cfg.eval_every == 0 or last
+    at_ckpt = run.step % cfg.checkpoint_every == 0 or last
     if at_log or at_eval or at_ckpt:
-      host = jax.device_get(pending)
-      elapsed = time.time() - window_start
-      train_time += elapsed
-      sums = {k: sum(float(m[k]) for m in host) for k in host[0]}
-      row = summarize(sums, steps=len(host))
-      row['grad_norm'] = float(host[-1]['grad_norm'])
-      row['learning_rate'] = float(schedule(step - 1))
-      row['skipped'] = sums.get('skipped', 0.0)
-      tokens = sums['weight_sum']
-      tokens_seen += tokens
-      row['tokens_per_s'] = tokens / max(elapsed, 1e-9)
-      row['step_time_s'] = elapsed / len(host)
-      row['mfu'] = step_flops / max(row['step_time_s'], 1e-9) / peak
-      if at_log:
-        writer.write(step, row)
-      _check_finite(host, step - len(host) + 1, cfg, total_skips=state.skips)  # before saving
-      progress.update(step, row)
+      _log_window(run, state, pending, time.time() - window_start, at_log, progress)
       pending, window_start = [], time.time()
     if at_eval:
-      metrics_eval = evaluate(eval_step, state.params, eval_pipe, mesh,
-                              max_batches=cfg.train.eval_batches)
-      last_eval = metrics_eval
-      writer.write(step, metrics_eval, prefix='eval/')
-      if metrics_eval and is_better(metrics_eval, best, cfg.train.best_metric):
-        best = dict(metrics_eval, step=step)
-      progress.note(f'step {step}: eval loss {metrics_eval.get("loss", float("nan")):.4f}'
-                    + (f', bpb {metrics_eval["bits_per_byte"]:.3f}' if 'bits_per_byte' in metrics_eval else ''))
+      _evaluate(run, state, eval_step, progress)
       window_start = time.time()
-    preempted = guard.requested(step) and step < cfg.train.steps
+    preempted = run.guard.requested(run.step) and not last
     if at_ckpt or preempted:
-      meta = {'best_eval': best, 'last_eval': last_eval,
-              'wall_time_s': meta.get('wall_time_s', 0.0) + (time.time() - start_wall)}
-      start_wall = time.time()
-      ckpt.save(step, state, data_state=batches.get_state(), meta=meta,
-                metrics=last_eval if at_eval else None)
+      _checkpoint(run, state, batches, evaluated=at_eval)
       window_start = time.time()
     if preempted:
-      ckpt.wait()
-      progress.close()
-      raise Preempted(guard.signal_name, step, workdir)
-  progress.close()
-  ckpt.wait()
+      run.ckpt.wait()
+      raise Preempted(run.guard.signal_name, run.step, run.workdir)
+  return state
 
+
+def _log_window(run: _Run, state, pending: list, elapsed: float, write: bool, progress) -> None:
+  """Averages the steps since the last window into one metrics row (written when `write`),
+  checks them for non-finite values before anything is saved, and moves the progress bar."""
+  host = jax.device_get(pending)
+  run.train_time += elapsed
+  sums = {k: sum(float(m[k]) for m in host) for k in host[0]}
+  row = summarize(sums, steps=len(host))
+  row['grad_norm'] = float(host[-1]['grad_norm'])
+  row['learning_rate'] = float(run.schedule(run.step - 1))
+  row['skipped'] = sums.get('skipped', 0.0)
+  tokens = sums['weight_sum']
+  run.tokens_seen += tokens
+  row['tokens_per_s'] = tokens / max(elapsed, 1e-9)
+  row['step_time_s'] = elapsed / len(host)
+  row['mfu'] = run.step_flops / max(row['step_time_s'], 1e-9) / run.peak_flops
+  if write:
+    run.writer.write(run.step, row)
+  _check_finite(host, run.step - len(host) + 1, run.cfg, total_skips=state.skips)
+  progress.update(run.step, row)
+
+
+def _evaluate(run: _Run, state, eval_step, progress) -> None:
+  """Validation metrics now: logged under eval/, kept as the last and (maybe) best eval."""
+  metrics = evaluate(eval_step, state.params, run.eval_pipe, run.mesh,
+                     max_batches=run.cfg.train.eval_batches)
+  run.last_eval = metrics
+  run.writer.write(run.step, metrics, prefix='eval/')
+  if metrics and is_better(metrics, run.best, run.cfg.train.best_metric):
+    run.best = dict(metrics, step=run.step)
+  progress.note(f'step {run.step}: eval loss {metrics.get("loss", float("nan")):.4f}'
+                + (f', bpb {metrics["bits_per_byte"]:.3f}' if 'bits_per_byte' in metrics else ''))
+
+
+def _checkpoint(run: _Run, state, batches, *, evaluated: bool) -> None:
+  """Saves params, optimizer state, data position and meta (best/last eval, wall time)."""
+  now = time.time()
+  run.meta = {'best_eval': run.best, 'last_eval': run.last_eval,
+              'wall_time_s': run.meta.get('wall_time_s', 0.0) + (now - run.start_wall)}
+  run.start_wall = now
+  run.ckpt.save(run.step, state, data_state=batches.get_state(), meta=run.meta,
+                metrics=run.last_eval if evaluated else None)
+
+
+def _finish(run: _Run, state, final_eval: FinalEval | None) -> RunResult:
+  """summary.json (after `final_eval`) and the RunResult."""
   summary = {
-      'experiment': cfg.name, 'params': params_count, 'steps': step,
-      'wall_time_s': meta.get('wall_time_s', 0.0) + (time.time() - start_wall),
-      'compile_time_s': compile_time, 'train_time_s': train_time,
-      'tokens_per_s': tokens_seen / max(train_time, 1e-9) if tokens_seen else None,
-      'flops_per_step': step_flops, 'matmul_ceiling_flops': peak,
-      'eval': last_eval or {}, 'best_eval': best or {},
+      'experiment': run.cfg.name, 'params': run.params_count, 'steps': run.step,
+      'wall_time_s': run.meta.get('wall_time_s', 0.0) + (time.time() - run.start_wall),
+      'compile_time_s': run.compile_time, 'train_time_s': run.train_time,
+      'tokens_per_s': run.tokens_seen / max(run.train_time, 1e-9) if run.tokens_seen else None,
+      'flops_per_step': run.step_flops, 'matmul_ceiling_flops': run.peak_flops,
+      'eval': run.last_eval or {}, 'best_eval': run.best or {},
       'devices': jax.device_count(), 'processes': jax.process_count(),
       'skipped_updates': int(jax.device_get(state.skips)),
   }
-  if steps_run and train_time:
-    summary['mfu'] = steps_run / train_time * step_flops / peak
-  if cfg.train.extrapolation and task.name == 'causal_lm':
-    from tx.decode.evaluation import extrapolation  # pylint: disable=g-import-not-at-top
-    summary['eval'] = dict(summary['eval'], **extrapolation(
-        cfg, state.params, 'validation', mesh, factors=cfg.train.extrapolation,
-        max_batches=cfg.train.eval_batches, tokenizer=train_pipe.tokenizer))
+  if run.steps_run and run.train_time:
+    summary['mfu'] = run.steps_run / run.train_time * run.step_flops / run.peak_flops
+  if final_eval is not None:
+    extra = final_eval(run.cfg, state.params, run.mesh, run.train_pipe.tokenizer)
+    summary['eval'] = dict(summary['eval'], **extra)
   if jax.process_index() == 0:
-    run_dir.write_json(workdir / run_dir.SUMMARY, summary)
-  return RunResult(summary=summary, state=state, config=cfg, tokenizer=train_pipe.tokenizer)
+    run_dir.write_json(run.workdir / run_dir.SUMMARY, summary)
+  return RunResult(summary=summary, state=state, config=run.cfg,
+                   tokenizer=run.train_pipe.tokenizer)
 
 
 def _check_finite(host_metrics, first_step, cfg, total_skips) -> None:

@@ -7,6 +7,8 @@ from pathlib import Path
 import flax.linen as nn
 import jax
 
+from tx.config.base import ConfigError
+from tx.data.pipeline import dataset_tokenizer
 from tx.models.build import build_model
 from tx.train import run_dir
 from tx.train.checkpoint import Checkpointer
@@ -50,8 +52,6 @@ def run_tokenizer(cfg):
   checkpoint without a tokenizer.json) cannot turn texts into its token ids: ConfigError.
   An hf tokenizer may have fewer ids than the model (checkpoints pad their tables, e.g. T5).
   """
-  from tx.config.base import ConfigError  # pylint: disable=g-import-not-at-top
-  from tx.data.pipeline import dataset_tokenizer  # pylint: disable=g-import-not-at-top
   tokenizer = dataset_tokenizer(cfg.data)
   size, model_size = tokenizer.vocab_size, cfg.model.vocab_size
   if cfg.data.tokenizer == 'hf':

@@ -2,7 +2,7 @@
 
 Prints per-device memory (parameters, optimizer state, batch, temporaries, total), FLOPs per
 step and compile time of the config's training step, compiled ahead of time for D x F x T
-simulated CPU devices (`tx.train.plan`), and whether it fits --device-memory.
+simulated CPU devices (`tx.runs.plan`), and whether it fits --device-memory.
 
 Simulated devices: XLA reads the CPU device count once, when JAX starts its backend.
 `tx plan` from a shell sets it before anything touches the backend (importing tx does not).
@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 from tx.config.base import ConfigError, parse_overrides
-from tx.train import plan as planning
+from tx.runs import plan as planning
 
 CHILD_ENV = 'TX_PLAN_CHILD'  # set in the re-executed child: it must not re-execute again
 _FORCE = '--xla_force_host_platform_device_count'
@@ -122,14 +122,16 @@ def format_plan(p: planning.Plan) -> str:
   return '\n'.join(lines)
 
 
-def cli(args) -> int:
-  """`tx plan`: user errors (ConfigError) before any device or compile; 0 when planned."""
-  from tx import registry  # pylint: disable=g-import-not-at-top
+def cli(args, resolve) -> int:
+  """`tx plan`: user errors (ConfigError) before any device or compile; 0 when planned.
+
+  resolve: (experiment name, overrides) -> ExperimentConfig (`tx.registry.get`).
+  """
   sizes = planning.parse_mesh(args.mesh)
   memory = planning.parse_bytes(args.device_memory) if args.device_memory else None
   if args.json and not Path(args.json).resolve().parent.is_dir():
     raise ConfigError(f'--json: the folder of {args.json} does not exist')
-  cfg = planning.with_mesh(registry.get(args.experiment, parse_overrides(args.set)), sizes)
+  cfg = planning.with_mesh(resolve(args.experiment, parse_overrides(args.set)), sizes)
   n = planning.num_devices(cfg)
   planning.abstract_state(planning.check(cfg))  # shape errors, with no backend
   if not ensure_devices(n):

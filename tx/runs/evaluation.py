@@ -9,15 +9,21 @@ BLEU is sacreBLEU's corpus BLEU on detokenized text (the tokenizer's `decode`) a
 the raw reference sentences, with its default 13a tokenization (cased); chrF is
 sacreBLEU's chrF2. Both come with their signatures, which belong next to the number.
 
-Loss-based metrics come from `tx.train.evaluate` (imported lazily: tx.train sits
-above tx.decode).
+Loss-based metrics come from `tx.train.evaluate`; decoding from `tx.decode`.
 """
 
 from __future__ import annotations
 
 import jax
 
+from tx.data import make_pipeline
+from tx.data import sources as data_sources
+from tx.data.pipeline import dataset_tokenizer
 from tx.decode.texts import generate_texts
+from tx.models.build import build_model
+from tx.tasks import make_task
+from tx.train.evaluate import evaluate
+from tx.train.step import make_eval_step
 
 DEFAULT_FACTORS = (1, 2, 4)
 
@@ -52,14 +58,12 @@ def translation_scores(cfg, params, split: str, *, strategies=('greedy', 'beam')
     every strategy, the sacreBLEU signatures, 'sentences' and, per strategy, 'examples_<s>'
     (the first 3 hypotheses with their sources and references).
   """
-  from tx.data import sources as data_sources  # pylint: disable=g-import-not-at-top
   decode_cfg = decode_cfg or cfg.decode
   records = source(split) if source is not None else data_sources.load_source(cfg.data, split)
   n = len(records) if max_sentences is None else min(max_sentences, len(records))
   srcs = [records[i]['source'] for i in range(n)]
   refs = [records[i]['target'] for i in range(n)]
   if tokenizer is None:
-    from tx.data.pipeline import dataset_tokenizer  # pylint: disable=g-import-not-at-top
     tokenizer = dataset_tokenizer(cfg.data, source=source)
   out: dict = {'sentences': n}
   for strategy in strategies:
@@ -97,11 +101,6 @@ def extrapolation(cfg, params, split: str, mesh, *, factors=DEFAULT_FACTORS,
   Returns {'extrapolation': {length: perplexity}, 'extrapolation_bits_per_byte':
   {length: bpb} (where the tokenizer counts bytes), 'extrapolation_note': str | None}.
   """
-  from tx.data import make_pipeline  # pylint: disable=g-import-not-at-top
-  from tx.models.build import build_model  # pylint: disable=g-import-not-at-top
-  from tx.tasks import make_task  # pylint: disable=g-import-not-at-top
-  from tx.train.evaluate import evaluate  # pylint: disable=g-import-not-at-top
-  from tx.train.step import make_eval_step  # pylint: disable=g-import-not-at-top
   task = make_task(cfg)
   if task.name != 'causal_lm':
     raise ValueError(f'extrapolation: needs a causal LM, got task {task.name}')

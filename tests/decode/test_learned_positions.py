@@ -9,7 +9,7 @@ import pytest
 import tx
 from tx.decode.beam import beam_search_lm
 from tx.decode.generate import generate_lm
-from tx.decode.window import needs_window
+from tx.decode.learned_positions import needs_crop
 
 WIDTH = 8  # model.max_len
 MAX_NEW = 10  # prompt 5 + 10 new: the last 6 steps need the window to slide
@@ -17,10 +17,10 @@ MAX_NEW = 10  # prompt 5 + 10 new: the last 6 steps need the window to slide
 
 def test_needs_window_only_past_a_learned_table(dm):
   learned = dm.tiny('decoder', position='learned', max_len=WIDTH)
-  assert not needs_window(learned, 5, 4)  # the last logits read sit at position 7
-  assert needs_window(learned, 5, 5)
+  assert not needs_crop(learned, 5, 4)  # the last logits read sit at position 7
+  assert needs_crop(learned, 5, 5)
   for position in ('sinusoidal', 'rope', 'alibi', 'none'):
-    assert not needs_window(learned.replace(position=position), 5, 50)
+    assert not needs_crop(learned.replace(position=position), 5, 50)
 
 
 @pytest.mark.parametrize('explicit', [False, True], ids=['pad_masked', 'prompt_valid'])

@@ -1,4 +1,4 @@
-"""Decoder-only generation past a learned position table: a sliding window, recomputed.
+"""Decoder-only generation past a learned position table: crop to the last max_len tokens, recomputed.
 
 A model with learned positions has no embedding for position `model.max_len` or later
 (lm_shakespeare_char: 64 positions, 300 sampled characters). Once prompt + new tokens
@@ -19,7 +19,7 @@ from tx.decode.steps import Stepper, prompt_positions
 from tx.models.build import build_model
 
 
-def needs_window(cfg: ModelConfig, prompt_len: int, max_new: int) -> bool:
+def needs_crop(cfg: ModelConfig, prompt_len: int, max_new: int) -> bool:
   """True when a learned position table cannot hold prompt + max_new tokens.
 
   The last token whose logits are read sits at position prompt_len + max_new - 2.
@@ -27,7 +27,7 @@ def needs_window(cfg: ModelConfig, prompt_len: int, max_new: int) -> bool:
   return cfg.position == 'learned' and prompt_len + max_new - 1 > cfg.max_len
 
 
-def window_stepper(cfg: ModelConfig, params, prompt_BP, *, prompt_valid_BP=None) -> Stepper:
+def crop_stepper(cfg: ModelConfig, params, prompt_BP, *, prompt_valid_BP=None) -> Stepper:
   """A Stepper whose 'cache' is the window (tokens int32 [B, W], real bool [B, W]), W = max_len.
 
   prompt_BP: left-padded [B, P]; a longer prompt keeps its last W tokens. prompt_valid_BP:

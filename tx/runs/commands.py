@@ -8,7 +8,16 @@ from pathlib import Path
 import jax
 
 from tx.config.base import ConfigError, override, parse_overrides
+from tx.config.experiment import ExperimentConfig
+from tx.data import make_pipeline
 from tx.decode.texts import generate_texts
+from tx.models.build import build_model
+from tx.runs import evaluation
+from tx.runs.restore import load_run, run_tokenizer
+from tx.tasks import make_task
+from tx.train import run_dir
+from tx.train.evaluate import evaluate
+from tx.train.step import make_eval_step
 
 DEFAULT_PROMPT = {'stdlib': 'def ', 'tinyshakespeare': 'ROMEO:'}
 
@@ -35,8 +44,6 @@ def sample_after_training(result) -> str:
 
 def run_generate(args) -> int:
   """`tx generate`: prints (and with --output writes, one line each) the outputs of a run."""
-  from tx.train.restore import load_run, run_tokenizer  # pylint: disable=g-import-not-at-top
-  from tx.train.run_dir import load_run_config  # pylint: disable=g-import-not-at-top
   if args.input:
     path = Path(args.input)
     if not path.exists():
@@ -44,7 +51,7 @@ def run_generate(args) -> int:
     texts = path.read_text().splitlines()
   else:
     texts = [args.prompt]
-  decode_cfg = _decode_settings(load_run_config(args.workdir), args.set)
+  decode_cfg = _decode_settings(run_dir.load_run_config(args.workdir), args.set)
   cfg, state, _, _ = load_run(args.workdir, step=args.step)
   outputs = generate_texts(cfg, state.params, run_tokenizer(cfg), texts, decode_cfg,
                            batch_size=getattr(args, 'batch_size', None) or 32)
@@ -71,8 +78,6 @@ def parse_factors(text: str | None) -> tuple[int, ...]:
 
 def _generation_metrics(cfg, params, mesh, split: str, args, loss_metrics: dict) -> dict:
   """The family's extra metrics: BLEU/chrF, the extrapolation table, masked-token scores."""
-  from tx.decode import evaluation  # pylint: disable=g-import-not-at-top
-  from tx.train.restore import run_tokenizer  # pylint: disable=g-import-not-at-top
   task = cfg.task_name
   if task == 'seq2seq':
     batches = getattr(args, 'bleu_batches', None)
@@ -109,7 +114,6 @@ def _report(result: dict) -> None:
 
 def merge_into_summary(workdir: Path, extra: dict, *, split: str, step: int) -> None:
   """Adds `extra` under summary.json's 'eval' (with where it came from: 'tx_eval')."""
-  from tx.train import run_dir  # pylint: disable=g-import-not-at-top
   path = Path(workdir) / run_dir.SUMMARY
   summary = run_dir.read_json(path) if path.exists() else {}
   section = dict(summary.get('eval') or {})
@@ -123,14 +127,6 @@ def run_eval(args) -> int:
   """`tx eval`: loss metrics on --split plus the family's extras (BLEU/chrF greedy and beam,
   the extrapolation table, masked-token scores); writes eval_<split>_<step>.json and
   merges the extras into summary.json's 'eval'."""
-  from tx.config.experiment import ExperimentConfig  # pylint: disable=g-import-not-at-top
-  from tx.data import make_pipeline  # pylint: disable=g-import-not-at-top
-  from tx.models.build import build_model  # pylint: disable=g-import-not-at-top
-  from tx.tasks import make_task  # pylint: disable=g-import-not-at-top
-  from tx.train import run_dir  # pylint: disable=g-import-not-at-top
-  from tx.train.evaluate import evaluate  # pylint: disable=g-import-not-at-top
-  from tx.train.restore import load_run, run_tokenizer  # pylint: disable=g-import-not-at-top
-  from tx.train.step import make_eval_step  # pylint: disable=g-import-not-at-top
   parse_factors(getattr(args, 'extrapolation', None))  # a bad flag fails before any work
   cfg, state, mesh, step = load_run(args.workdir, step=args.step)
   assert isinstance(cfg, ExperimentConfig)

@@ -8,7 +8,7 @@ model.param_dtype, scan_layers, remat), optimizer state (optim.*), gradient accu
 state shardings (mesh.rules) and batch sharding; only the inputs are `jax.ShapeDtypeStruct`s,
 so nothing is allocated and no data is read (batch shapes come from `tx.data.shapes`).
 It needs `data x fsdp x tensor` devices; on a laptop they are simulated CPU devices
-(`tx plan` sets that up; see `tx.train.plan_cli`).
+(`tx plan` sets that up; see `tx.runs.plan_cli`).
 
 Per device, in bytes:
   params, optimizer   sum over leaves of shard_shape x itemsize (exact, from the shardings)
@@ -37,6 +37,7 @@ from jax.sharding import AbstractMesh, AxisType
 from tx.config.base import ConfigError
 from tx.config.experiment import ExperimentConfig
 from tx.data.shapes import batch_shapes
+from tx.data.tokenizers.byte import ByteTokenizer
 from tx.models.build import build_model, count_params
 from tx.tasks import make_task
 from tx.train.flops import flops_per_step
@@ -144,7 +145,6 @@ def planned_vocab_size(cfg: ExperimentConfig) -> int:
   count is the number of characters in the data, known only once it is read).
   """
   if cfg.data.tokenizer == 'byte':
-    from tx.data.tokenizers.byte import ByteTokenizer  # pylint: disable=g-import-not-at-top
     return ByteTokenizer().vocab_size
   if cfg.data.tokenizer in ('bpe', 'unigram'):
     return cfg.data.vocab_size
