@@ -11,6 +11,7 @@ import pytest
 from flax import nnx
 
 from tx import ops
+from tx.config.choices import FFN_ACTIVATIONS
 from tx.layers import (AttentionConfig, Block, BlockConfig, Embed, EmbedConfig, FeedForward,
                        FFNConfig, MultiHeadAttention, Norm, NormConfig, PositionConfig,
                        PositionEmbedding)
@@ -90,15 +91,14 @@ def _gelu_tanh(v):
 
 NUMPY_ACTS = {'relu': lambda v: np.maximum(v, 0), 'gelu': _gelu, 'gelu_tanh': _gelu_tanh,
               'silu': lambda v: v / (1 + np.exp(-v))}
-GATED = {'swiglu': 'silu', 'geglu': 'gelu'}
 
 
-@pytest.mark.parametrize('activation', ['relu', 'gelu', 'gelu_tanh', 'swiglu', 'geglu'])
+@pytest.mark.parametrize('activation', FFN_ACTIVATIONS)  # every row of the table
 def test_feedforward_matches_hand_computation(activation):
   x = _x()
   ffn = FeedForward(FFNConfig(d_model=D, d_ff=F, activation=activation))
   p = _random_params(ffn, x)
-  gated = activation in GATED
+  act, gated = NUMPY_ACTS[FFN_ACTIVATIONS[activation].fn], FFN_ACTIVATIONS[activation].gated
   assert set(p) == ({'wi_0', 'wi_1', 'wo'} if gated else {'wi', 'wo'})
   assert p['wo']['kernel'].shape == (F, D)
   y = ffn.apply({'params': p}, x)
@@ -107,9 +107,9 @@ def test_feedforward_matches_hand_computation(activation):
   x64 = np.asarray(x, np.float64)
   dense = lambda name, v: v @ P[name]['kernel'] + P[name]['bias']
   if gated:
-    h = NUMPY_ACTS[GATED[activation]](dense('wi_0', x64)) * dense('wi_1', x64)
+    h = act(dense('wi_0', x64)) * dense('wi_1', x64)
   else:
-    h = NUMPY_ACTS[activation](dense('wi', x64))
+    h = act(dense('wi', x64))
   np.testing.assert_allclose(y, dense('wo', h), atol=ATOL, rtol=1e-5)
 
 

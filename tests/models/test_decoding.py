@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 
 import tx
+from tx.config.choices import POSITION_KINDS
 
-POSITIONS = ('sinusoidal', 'learned', 'rope', 'alibi', 't5', 'none')
+POSITIONS = tuple(POSITION_KINDS)  # every row of the table
 ATOL = 1e-5
 
 

@@ -9,11 +9,12 @@ import numpy as np
 import pytest
 
 import tx
+from tx.config.choices import POSITION_KINDS
 from tx.layers import Embed, EmbedConfig
 from tx.models import layer_configs
 
 FAMILIES = ('decoder', 'encoder', 'encoder_decoder')
-POSITIONS = ('sinusoidal', 'learned', 'rope', 'alibi', 't5', 'none')
+POSITIONS = tuple(POSITION_KINDS)  # every row of the table
 AXIS_NAMES = {'batch', 'length', 'embed', 'heads', 'kv_heads', 'kv', 'mlp', 'vocab', 'layers',
               'expert', None}
 

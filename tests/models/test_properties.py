@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 
 import tx
+from tx.config.choices import POSITION_KINDS
 from tx.layers import Embed
 
-POSITIONS = ('sinusoidal', 'learned', 'rope', 'alibi', 't5', 'none')
+POSITIONS = tuple(POSITION_KINDS)  # every row of the table
 ATOL = 1e-5
 
 

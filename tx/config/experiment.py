@@ -1,4 +1,4 @@
-"""`ExperimentConfig`: everything a run needs, under the dotted keys of DESIGN.md."""
+"""`ExperimentConfig`: everything a run needs, as dotted keys (`model.d_model`, `train.steps`)."""
 
 from __future__ import annotations
 

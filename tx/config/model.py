@@ -5,7 +5,7 @@ the 2017 Transformer, BERT, GPT-2, T5, LLaMA and BLOOM is a field here, read by
 `tx.models` to build the small per-layer configs of `tx.layers`.
 
 Unsupported combinations (each rejected with a message naming the field):
-- `position='rope'` with an odd rotary dimension;
+- a rotary position (`position='rope'`) with an odd rotary dimension;
 - `num_heads` not divisible by `num_kv_heads`; `d_model` not divisible by
   `num_heads` unless `head_dim` is set;
 - `moe.top_k` > `moe.num_experts`;
@@ -18,12 +18,12 @@ Unsupported combinations (each rejected with a message naming the field):
 from __future__ import annotations
 
 from tx.config.base import choice, config, fail, nested
+from tx.config.choices import DTYPES, FFN_ACTIVATIONS, POSITION_KINDS, ROTARY
 
 FAMILIES = ('decoder', 'encoder', 'encoder_decoder')
-POSITIONS = ('sinusoidal', 'learned', 'rope', 'alibi', 't5', 'none')
-FFNS = ('relu', 'gelu', 'gelu_tanh', 'silu', 'swiglu', 'geglu', 'geglu_tanh', 'reglu')
+POSITIONS = tuple(POSITION_KINDS)  # the tables live in tx/config/choices.py
+FFNS = tuple(FFN_ACTIVATIONS)
 REMAT_POLICIES = ('none', 'full', 'dots', 'dots_no_batch', 'attention')
-DTYPES = ('float32', 'bfloat16', 'float16')
 
 
 @config
@@ -125,13 +125,13 @@ class ModelConfig:
     if self.num_heads % self.kv_heads:
       fail('model.num_kv_heads',
            f'{self.kv_heads} does not divide model.num_heads={self.num_heads}')
-    if self.position == 'rope':
+    if self.position_kind == ROTARY:
       if not 0 < self.rope_fraction <= 1:
         fail('model.rope_fraction', f'must be in (0, 1], got {self.rope_fraction}')
       if self.rotary_dim % 2:
         fail('model.position',
              f'rope needs an even rotary dimension, got {self.rotary_dim} '
-             f'(head_dim={self.head_dim_} x rope_fraction={self.rope_fraction})')
+             f'(head_dim={self.resolved_head_dim} x rope_fraction={self.rope_fraction})')
     for name in ('dropout', 'attention_dropout'):
       if not 0 <= getattr(self, name) < 1:
         fail(f'model.{name}', f'must be in [0, 1), got {getattr(self, name)}')
@@ -158,16 +158,21 @@ class ModelConfig:
            'a shared embedding needs model.src_vocab_size unset or equal to model.vocab_size')
 
   @property
+  def position_kind(self) -> str:
+    """How `position` enters the model: a kind of tx.config.choices (EMBEDDING, ...)."""
+    return POSITION_KINDS[self.position]
+
+  @property
   def kv_heads(self) -> int:
     return self.num_kv_heads or self.num_heads
 
   @property
-  def head_dim_(self) -> int:
+  def resolved_head_dim(self) -> int:
     return self.head_dim or self.d_model // self.num_heads
 
   @property
   def rotary_dim(self) -> int:
-    return int(self.head_dim_ * self.rope_fraction)
+    return int(self.resolved_head_dim * self.rope_fraction)
 
   @property
   def encoder_layers(self) -> int:

@@ -33,7 +33,8 @@ from __future__ import annotations
 import numpy as np
 
 from tx.data.errors import DataError
-from tx.data.packing import Feature, PackedRows, Ragged
+from tx.data.packing import Feature, Ragged
+from tx.data.rows import PackedDocs
 from tx.data.tokenizers.specials import BOS_ID, EOS_ID
 
 
@@ -96,7 +97,7 @@ class CausalWindows:
     return out
 
 
-class CausalPacked:
+class CausalPacked(PackedDocs):
   """Causal-LM rows of packed documents (BOS + tokens + EOS each), with segment ids.
 
   Args:
@@ -110,17 +111,12 @@ class CausalPacked:
   def __init__(self, docs: Ragged, seq_len: int, *, policy: str,
                order: np.ndarray | None = None, bos: tuple[int, ...] = (BOS_ID,),
                eos: tuple[int, ...] = (EOS_ID,)):
-    feature = Feature(docs, seq_len, bos, eos, shift=True)
-    self.rows = PackedRows({'lm': feature}, policy=policy, packed=True, order=order)
-    self.num_rows, self.stats = self.rows.num_rows, self.rows.stats
-    if self.num_rows == 0:
-      raise DataError(
-          f'data.length_policy: all {len(docs)} documents are longer than data.seq_len='
-          f'{seq_len}; use data.length_policy=truncate or data.lm_sampling=windows')
+    super().__init__('lm', Feature(docs, seq_len, bos, eos, shift=True), policy=policy,
+                     order=order)
 
   def batch(self, keys_B: np.ndarray, rows_B: np.ndarray) -> dict[str, np.ndarray]:
     """{'inputs', 'targets', 'segment_ids', 'positions' int32 [B, L], 'weights' float32 [B, L]}."""
     del keys_B
-    d = self.rows.batch(rows_B)['lm']
+    d = self.docs(rows_B)
     return {'inputs': d['tokens'], 'targets': d['targets'], 'weights': d['weights'],
             'segment_ids': d['segment_ids'], 'positions': d['positions']}

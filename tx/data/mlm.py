@@ -33,7 +33,8 @@ import numpy as np
 
 from tx.data.errors import DataError
 from tx.data.lm import Windows
-from tx.data.packing import Feature, PackedRows, Ragged
+from tx.data.packing import Feature, Ragged
+from tx.data.rows import PackedDocs
 from tx.data.tokenizers.specials import BOS_ID, EOS_ID, MASK_ID, NUM_SPECIALS
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
@@ -167,25 +168,19 @@ class MLMWindows:
     return out
 
 
-class MLMPacked:
+class MLMPacked(PackedDocs):
   """MLM rows of packed documents (prefix + tokens + suffix each, cut to L: tx's BOS ... EOS,
   a converted BERT's [CLS] ... [SEP]), with segment ids."""
 
   def __init__(self, docs: Ragged, seq_len: int, masking: Masking, *, policy: str,
                order: np.ndarray | None = None, prefix: tuple[int, ...] = (BOS_ID,),
                suffix: tuple[int, ...] = (EOS_ID,)):
-    feature = Feature(docs, seq_len, prefix, suffix)
-    self.rows = PackedRows({'mlm': feature}, policy=policy, packed=True, order=order)
+    super().__init__('mlm', Feature(docs, seq_len, prefix, suffix), policy=policy, order=order)
     self.masking = masking
-    self.num_rows, self.stats = self.rows.num_rows, self.rows.stats
-    if self.num_rows == 0:
-      raise DataError(
-          f'data.length_policy: all {len(docs)} documents are longer than data.seq_len='
-          f'{seq_len}; use data.length_policy=truncate or data.lm_sampling=windows')
 
   def batch(self, keys_B: np.ndarray, rows_B: np.ndarray) -> dict[str, np.ndarray]:
     """{'inputs', 'targets', 'segment_ids', 'positions' int32 [B, L], 'weights' float32 [B, L]}."""
-    d = self.rows.batch(rows_B)['mlm']
+    d = self.docs(rows_B)
     out = mask_tokens(d['tokens'], keys_B, self.masking)
     out.update(segment_ids=d['segment_ids'], positions=d['positions'])
     return out

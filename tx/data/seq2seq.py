@@ -30,7 +30,8 @@ from typing import NamedTuple
 import numpy as np
 
 from tx.data.errors import DataError
-from tx.data.packing import Feature, PackedRows, Ragged
+from tx.data.packing import Feature, Ragged
+from tx.data.rows import PackedSource
 from tx.data.tokenizers.base import special
 from tx.data.tokenizers.specials import BOS_ID, EOS_ID
 
@@ -53,7 +54,7 @@ class Framing(NamedTuple):
                special(tokenizer, 'decoder_start_id'), (eos,) if eos >= 0 else (), True)
 
 
-class Seq2SeqRows:
+class Seq2SeqRows(PackedSource):
   """Rows of (source, target) pairs, one per row or packed.
 
   Args:
@@ -73,12 +74,10 @@ class Seq2SeqRows:
     features = {'src': Feature(src, src_len, framing.src_prefix, framing.src_suffix),
                 'tgt': Feature(tgt, tgt_len, (framing.start,), framing.end, shift=True)}
     self.segments = packed or framing.segments
-    self.rows = PackedRows(features, policy=policy, packed=packed, order=order)
-    self.num_rows, self.stats = self.rows.num_rows, self.rows.stats
-    if self.num_rows == 0:
-      raise DataError(
-          f'data.length_policy: no pair of {len(src)} fits data.seq_len={src_len} / '
-          f'data.target_len={tgt_len}; raise them or use data.length_policy=truncate')
+    super().__init__(
+        features, policy=policy, packed=packed, order=order,
+        empty=f'data.length_policy: no pair of {len(src)} fits data.seq_len={src_len} / '
+        f'data.target_len={tgt_len}; raise them or use data.length_policy=truncate')
 
   def batch(self, keys_B: np.ndarray, rows_B: np.ndarray) -> dict[str, np.ndarray]:
     """{'src' [B, Ls], 'tgt_inputs', 'targets' [B, Lt], 'weights' float32 [B, Lt], + segments}."""

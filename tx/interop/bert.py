@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from tx.config.model import ModelConfig
 from tx.interop.hf_config import HFConfig
-from tx.interop.tensors import Tensors, dense, linear_in, linear_out, norm, put, tied_head
+from tx.interop.tensors import (Tensors, linear, linear_in, linear_out_bias, norm, put, put_head,
+                                with_embedding)
 
 PREFIX = 'bert.'
 IGNORE = ('pooler.*', 'cls.seq_relationship.*', 'embeddings.position_ids',
@@ -35,10 +36,8 @@ def config_from_hf(hf: HFConfig) -> ModelConfig:
 def params_from_hf(cfg: ModelConfig, t: Tensors) -> dict:
   """BERT tensors -> tx EncoderOnly params."""
   d, h, f, v = cfg.d_model, cfg.num_heads, cfg.d_ff, cfg.vocab_size
-  dh = cfg.head_dim_
-  p = {}
-  embedding = t.take('embeddings.word_embeddings.weight', (v, d))
-  put(p, 'embed/embedding', embedding)
+  dh = cfg.resolved_head_dim
+  p, embedding = with_embedding(t, 'embeddings.word_embeddings.weight', cfg)
   put(p, 'encoder/embedder/position_embedding/embedding',
       t.take('embeddings.position_embeddings.weight', (cfg.max_len, d)))
   put(p, 'encoder/embedder/token_type_embedding',
@@ -51,22 +50,14 @@ def params_from_hf(cfg: ModelConfig, t: Tensors) -> dict:
           linear_in(t.take(src + f'attention.self.{name}.weight', (d, d)), h, dh))
       put(p, dst + f'self_attention/{name}/bias',
           t.take(src + f'attention.self.{name}.bias', (d,)).reshape(h, dh))
-    put(p, dst + 'self_attention/out/kernel',
-        linear_out(t.take(src + 'attention.output.dense.weight', (d, d)), h, dh))
-    put(p, dst + 'self_attention/out/bias', t.take(src + 'attention.output.dense.bias', (d,)))
+    put(p, dst + 'self_attention/out', linear_out_bias(t, src + 'attention.output.dense', d, h, dh))
     put(p, dst + 'self_attention_norm', norm(t, src + 'attention.output.LayerNorm', d))
-    put(p, dst + 'ffn/wi', {'kernel': dense(t.take(src + 'intermediate.dense.weight', (f, d))),
-                            'bias': t.take(src + 'intermediate.dense.bias', (f,))})
-    put(p, dst + 'ffn/wo', {'kernel': dense(t.take(src + 'output.dense.weight', (d, f))),
-                            'bias': t.take(src + 'output.dense.bias', (d,))})
+    put(p, dst + 'ffn/wi', linear(t, src + 'intermediate.dense', (f, d)))
+    put(p, dst + 'ffn/wo', linear(t, src + 'output.dense', (d, f)))
     put(p, dst + 'ffn_norm', norm(t, src + 'output.LayerNorm', d))
-  put(p, 'mlm_head/transform', {
-      'kernel': dense(t.take('cls.predictions.transform.dense.weight', (d, d))),
-      'bias': t.take('cls.predictions.transform.dense.bias', (d,))})
+  put(p, 'mlm_head/transform', linear(t, 'cls.predictions.transform.dense', (d, d)))
   put(p, 'mlm_head/transform_norm', norm(t, 'cls.predictions.transform.LayerNorm', d))
   bias = t.take_optional('cls.predictions.bias', (v,))
   put(p, 'mlm_head/bias', t.take('cls.predictions.decoder.bias', (v,)) if bias is None else bias)
-  head = tied_head(t, 'cls.predictions.decoder.weight', embedding, cfg.tie_embeddings)
-  if head is not None:
-    put(p, 'mlm_head/decoder/kernel', head)
-  return p
+  return put_head(p, 'mlm_head/decoder/kernel', t, 'cls.predictions.decoder.weight',
+                  embedding, cfg.tie_embeddings)

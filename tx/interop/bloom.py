@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from tx.config.model import ModelConfig
 from tx.interop.hf_config import HFConfig
-from tx.interop.tensors import Tensors, dense, linear_out, norm, put, tied_head
+from tx.interop.tensors import Tensors, linear, linear_out_bias, norm, put, put_head, with_embedding
 
 PREFIX = 'transformer.'
 IGNORE = ()
@@ -31,11 +31,9 @@ def config_from_hf(hf: HFConfig) -> ModelConfig:
 
 def params_from_hf(cfg: ModelConfig, t: Tensors) -> dict:
   """BLOOM tensors -> tx DecoderOnly params."""
-  d, h, f, v = cfg.d_model, cfg.num_heads, cfg.d_ff, cfg.vocab_size
-  dh = cfg.head_dim_
-  p = {}
-  embedding = t.take('word_embeddings.weight', (v, d))
-  put(p, 'embed/embedding', embedding)
+  d, h, f = cfg.d_model, cfg.num_heads, cfg.d_ff
+  dh = cfg.resolved_head_dim
+  p, embedding = with_embedding(t, 'word_embeddings.weight', cfg)
   put(p, 'decoder/embedder/embed_norm', norm(t, 'word_embeddings_layernorm', d))
   for i in range(cfg.num_layers):
     src, dst = f'h.{i}.', f'decoder/stack/layer_{i}/'
@@ -47,16 +45,9 @@ def params_from_hf(cfg: ModelConfig, t: Tensors) -> dict:
     for j, name in enumerate(('query', 'key', 'value')):
       put(p, dst + f'self_attention/{name}/kernel', w_DH3K[:, :, j].copy())
       put(p, dst + f'self_attention/{name}/bias', b_H3K[:, j].copy())
-    put(p, dst + 'self_attention/out/kernel',
-        linear_out(t.take(src + 'self_attention.dense.weight', (d, d)), h, dh))
-    put(p, dst + 'self_attention/out/bias', t.take(src + 'self_attention.dense.bias', (d,)))
+    put(p, dst + 'self_attention/out', linear_out_bias(t, src + 'self_attention.dense', d, h, dh))
     put(p, dst + 'ffn_norm', norm(t, src + 'post_attention_layernorm', d))
-    put(p, dst + 'ffn/wi', {'kernel': dense(t.take(src + 'mlp.dense_h_to_4h.weight', (f, d))),
-                            'bias': t.take(src + 'mlp.dense_h_to_4h.bias', (f,))})
-    put(p, dst + 'ffn/wo', {'kernel': dense(t.take(src + 'mlp.dense_4h_to_h.weight', (d, f))),
-                            'bias': t.take(src + 'mlp.dense_4h_to_h.bias', (d,))})
+    put(p, dst + 'ffn/wi', linear(t, src + 'mlp.dense_h_to_4h', (f, d)))
+    put(p, dst + 'ffn/wo', linear(t, src + 'mlp.dense_4h_to_h', (d, f)))
   put(p, 'decoder/stack/final_norm', norm(t, 'ln_f', d))
-  head = tied_head(t, 'lm_head.weight', embedding, cfg.tie_embeddings)
-  if head is not None:
-    put(p, 'head/lm_head/kernel', head)
-  return p
+  return put_head(p, 'head/lm_head/kernel', t, 'lm_head.weight', embedding, cfg.tie_embeddings)

@@ -11,7 +11,7 @@ import numpy as np
 from tx.config.base import ConfigError
 from tx.config.model import ModelConfig
 from tx.interop.hf_config import HFConfig, check_fields
-from tx.interop.tensors import Tensors, norm, put, tied_head
+from tx.interop.tensors import Tensors, norm, put, put_head, with_embedding
 
 PREFIX = 'transformer.'
 IGNORE = ('h.*.attn.bias', 'h.*.attn.masked_bias')  # causal-mask buffers of older savers
@@ -37,11 +37,9 @@ def config_from_hf(hf: HFConfig) -> ModelConfig:
 
 def params_from_hf(cfg: ModelConfig, t: Tensors) -> dict:
   """GPT-2 tensors -> tx DecoderOnly params."""
-  d, h, f, v = cfg.d_model, cfg.num_heads, cfg.d_ff, cfg.vocab_size
-  dh = cfg.head_dim_
-  p = {}
-  embedding = t.take('wte.weight', (v, d))
-  put(p, 'embed/embedding', embedding)
+  d, h, f = cfg.d_model, cfg.num_heads, cfg.d_ff
+  dh = cfg.resolved_head_dim
+  p, embedding = with_embedding(t, 'wte.weight', cfg)
   put(p, 'decoder/embedder/position_embedding/embedding', t.take('wpe.weight', (cfg.max_len, d)))
   for i in range(cfg.num_layers):
     src, dst = f'h.{i}.', f'decoder/stack/layer_{i}/'
@@ -60,10 +58,7 @@ def params_from_hf(cfg: ModelConfig, t: Tensors) -> dict:
     put(p, dst + 'ffn/wo', {'kernel': t.take(src + 'mlp.c_proj.weight', (f, d)),
                             'bias': t.take(src + 'mlp.c_proj.bias', (d,))})
   put(p, 'decoder/stack/final_norm', norm(t, 'ln_f', d))
-  head = tied_head(t, 'lm_head.weight', embedding, cfg.tie_embeddings)
-  if head is not None:
-    put(p, 'head/lm_head/kernel', head)
-  return p
+  return put_head(p, 'head/lm_head/kernel', t, 'lm_head.weight', embedding, cfg.tie_embeddings)
 
 
 def check_exportable(cfg: ModelConfig) -> None:

@@ -11,7 +11,8 @@ import numpy as np
 from tx.config.base import ConfigError
 from tx.config.model import ModelConfig
 from tx.interop.hf_config import HFConfig, check_fields
-from tx.interop.tensors import Tensors, dense, linear_in, linear_out, norm, put, tied_head
+from tx.interop.tensors import (Tensors, dense, linear_in, linear_out, norm, put, put_head,
+                                with_embedding)
 
 PREFIX = 'model.'
 IGNORE = ('layers.*.self_attn.rotary_emb.inv_freq',)  # a buffer some savers kept
@@ -42,11 +43,9 @@ def config_from_hf(hf: HFConfig) -> ModelConfig:
 
 def params_from_hf(cfg: ModelConfig, t: Tensors) -> dict:
   """LLaMA tensors -> tx DecoderOnly params."""
-  d, h, k, f, v = cfg.d_model, cfg.num_heads, cfg.kv_heads, cfg.d_ff, cfg.vocab_size
-  dh = cfg.head_dim_
-  p = {}
-  embedding = t.take('embed_tokens.weight', (v, d))
-  put(p, 'embed/embedding', embedding)
+  d, h, k, f = cfg.d_model, cfg.num_heads, cfg.kv_heads, cfg.d_ff
+  dh = cfg.resolved_head_dim
+  p, embedding = with_embedding(t, 'embed_tokens.weight', cfg)
   for i in range(cfg.num_layers):
     src, dst = f'layers.{i}.', f'decoder/stack/layer_{i}/'
     put(p, dst + 'self_attention_norm', norm(t, src + 'input_layernorm', d, bias=False))
@@ -67,10 +66,7 @@ def params_from_hf(cfg: ModelConfig, t: Tensors) -> dict:
     if cfg.use_bias:
       put(p, dst + 'self_attention/out/bias', t.take(src + 'self_attn.o_proj.bias', (d,)))
   put(p, 'decoder/stack/final_norm', norm(t, 'norm', d, bias=False))
-  head = tied_head(t, 'lm_head.weight', embedding, cfg.tie_embeddings)
-  if head is not None:
-    put(p, 'head/lm_head/kernel', head)
-  return p
+  return put_head(p, 'head/lm_head/kernel', t, 'lm_head.weight', embedding, cfg.tie_embeddings)
 
 
 def check_exportable(cfg: ModelConfig) -> None:
@@ -87,7 +83,7 @@ def config_to_hf(cfg: ModelConfig) -> dict:
   return {'model_type': 'llama', 'architectures': ['LlamaForCausalLM'],
           'vocab_size': cfg.vocab_size, 'hidden_size': cfg.d_model,
           'num_attention_heads': cfg.num_heads, 'num_key_value_heads': cfg.kv_heads,
-          'head_dim': cfg.head_dim_, 'intermediate_size': cfg.d_ff,
+          'head_dim': cfg.resolved_head_dim, 'intermediate_size': cfg.d_ff,
           'num_hidden_layers': cfg.num_layers, 'max_position_embeddings': cfg.max_len,
           'rms_norm_eps': cfg.norm_eps, 'hidden_act': 'silu',
           'rope_parameters': {'rope_type': 'default', 'rope_theta': cfg.rope_theta},

@@ -16,7 +16,8 @@ from __future__ import annotations
 from tx.config.base import ConfigError
 from tx.config.model import ModelConfig
 from tx.interop.hf_config import ACTIVATIONS, HFConfig
-from tx.interop.tensors import Tensors, dense, linear_in, linear_out, norm, put, tied_head
+from tx.interop.tensors import (Tensors, dense, linear_in, linear_out, norm, put, put_head,
+                                with_embedding)
 
 PREFIX = ''
 IGNORE = ('encoder.embed_tokens.weight', 'decoder.embed_tokens.weight')  # = shared.weight
@@ -54,7 +55,7 @@ def config_from_hf(hf: HFConfig) -> ModelConfig:
 
 
 def _attention(t: Tensors, p: dict, src: str, dst: str, cfg: ModelConfig) -> None:
-  d, h, dh = cfg.d_model, cfg.num_heads, cfg.head_dim_
+  d, h, dh = cfg.d_model, cfg.num_heads, cfg.resolved_head_dim
   for name, proj in (('query', 'q'), ('key', 'k'), ('value', 'v')):
     put(p, f'{dst}/{name}/kernel', linear_in(t.take(f'{src}.{proj}.weight', (h * dh, d)), h, dh))
   put(p, f'{dst}/out/kernel', linear_out(t.take(f'{src}.o.weight', (d, h * dh)), h, dh))
@@ -70,11 +71,9 @@ def _ffn(t: Tensors, p: dict, src: str, dst: str, cfg: ModelConfig) -> None:
 
 def params_from_hf(cfg: ModelConfig, t: Tensors) -> dict:
   """T5 tensors -> tx EncoderDecoder params."""
-  d, v = cfg.d_model, cfg.vocab_size
-  p = {}
+  d = cfg.d_model
   name = 'shared.weight' if t.has('shared.weight') else 'encoder.embed_tokens.weight'
-  embedding = t.take(name, (v, d))
-  put(p, 'embed/embedding', embedding)
+  p, embedding = with_embedding(t, name, cfg)
   for stack, layers in (('encoder', cfg.encoder_layers), ('decoder', cfg.decoder_layers)):
     put(p, f'{stack}/position_bias/relative_bias/rel_embedding', t.take(
         f'{stack}.block.0.layer.0.SelfAttention.relative_attention_bias.weight',
@@ -91,7 +90,4 @@ def params_from_hf(cfg: ModelConfig, t: Tensors) -> dict:
       _ffn(t, p, f'{src}.{ffn_index}.DenseReluDense', f'{dst}/ffn', cfg)
       put(p, f'{dst}/ffn_norm', norm(t, f'{src}.{ffn_index}.layer_norm', d, bias=False))
     put(p, f'{stack}/stack/final_norm', norm(t, f'{stack}.final_layer_norm', d, bias=False))
-  head = tied_head(t, 'lm_head.weight', embedding, cfg.tie_embeddings)
-  if head is not None:
-    put(p, 'head/lm_head/kernel', head)
-  return p
+  return put_head(p, 'head/lm_head/kernel', t, 'lm_head.weight', embedding, cfg.tie_embeddings)

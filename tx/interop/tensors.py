@@ -15,6 +15,7 @@ import fnmatch
 
 import numpy as np
 
+from tx.config.model import ModelConfig
 from tx.train.errors import CheckpointError
 
 
@@ -87,6 +88,19 @@ def dense(w_OI) -> np.ndarray:
   return np.ascontiguousarray(w_OI.T)
 
 
+def linear(t: Tensors, name: str, shape_OI: tuple[int, int]) -> dict:
+  """A biased torch Linear `name` [out, in] -> flax Dense {'kernel' [in, out], 'bias' [out]}."""
+  return {'kernel': dense(t.take(f'{name}.weight', shape_OI)),
+          'bias': t.take(f'{name}.bias', shape_OI[:1])}
+
+
+def linear_out_bias(t: Tensors, name: str, d: int, heads: int, head_dim: int) -> dict:
+  """A biased torch Linear `name` [D, H*Dh] -> tx output projection {'kernel' [H, Dh, D],
+  'bias' [D]}."""
+  return {'kernel': linear_out(t.take(f'{name}.weight', (d, heads * head_dim)), heads, head_dim),
+          'bias': t.take(f'{name}.bias', (d,))}
+
+
 def norm(t: Tensors, name: str, d: int, *, bias: bool = True, weight: str = 'weight') -> dict:
   """A norm's params {'scale', 'bias'?} from `name.weight` (and `name.bias`)."""
   out = {'scale': t.take(f'{name}.{weight}', (d,))}
@@ -111,3 +125,18 @@ def tied_head(t: Tensors, name: str, embedding_VD: np.ndarray, tie: bool) -> np.
     raise CheckpointError(f'{t.source}: {name} differs from the token embedding although '
                           'config.json ties them; set tie_word_embeddings=false in config.json')
   return None
+
+
+def with_embedding(t: Tensors, name: str, cfg: ModelConfig) -> tuple[dict, np.ndarray]:
+  """(a new param tree holding the token embedding, that embedding [V, D]) from `name`."""
+  embedding_VD = t.take(name, (cfg.vocab_size, cfg.d_model))
+  return {'embed': {'embedding': embedding_VD}}, embedding_VD
+
+
+def put_head(p: dict, path: str, t: Tensors, name: str, embedding_VD: np.ndarray,
+             tie: bool) -> dict:
+  """`p`, with the untied output kernel [D, V] from `name` put at `path` (none when tied)."""
+  head = tied_head(t, name, embedding_VD, tie)
+  if head is not None:
+    put(p, path, head)
+  return p

@@ -1,4 +1,4 @@
-"""Small helpers shared by the Linen layers: dtypes, activations, partitioned initialisers."""
+"""Small helpers shared by the Linen layers: dtypes, activations, initialisers, dense layers."""
 
 from __future__ import annotations
 
@@ -8,24 +8,24 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from tx.ops.matmul import dense
+from tx.config.choices import DTYPES, FFN_ACTIVATIONS  # noqa: F401 (re-exported)
+from tx.ops.matmul import dense, dense_dot_general
 
+# The elementwise functions that tx.config.choices.FFN_ACTIVATIONS (and model.mlm_activation)
+# name; that table says which FFN activation uses which, and whether it is gated.
 ACTIVATIONS = {
     'relu': nn.relu,
     'gelu': functools.partial(nn.gelu, approximate=False),
     'gelu_tanh': functools.partial(nn.gelu, approximate=True),
     'silu': nn.silu,
 }
-# Gated variants (Shazeer 2020): act(x·W0) * (x·W1). The activation is named by the value.
-GATED = {'swiglu': 'silu', 'geglu': 'gelu', 'geglu_tanh': 'gelu_tanh', 'reglu': 'relu'}
-FFN_ACTIVATIONS = tuple(ACTIVATIONS) + tuple(GATED)
+GATED = {name: a.fn for name, a in FFN_ACTIVATIONS.items() if a.gated}  # derived, for old callers
 
 
 def activation(name: str):
   """Returns (fn, gated) for an FFN activation name such as 'relu' or 'swiglu'."""
-  if name in GATED:
-    return ACTIVATIONS[GATED[name]], True
-  return ACTIVATIONS[name], False
+  a = FFN_ACTIVATIONS[name]
+  return ACTIVATIONS[a.fn], a.gated
 
 
 def dtype(name: str):
@@ -44,6 +44,17 @@ def constrain(x, axes: tuple[str | None, ...]):
 
 
 default_kernel_init = nn.initializers.xavier_uniform()
+
+
+def dense_layer(features: int, axes: tuple[str | None, str | None], *, use_bias: bool = True,
+                dtype: str = 'float32', param_dtype: str = 'float32',
+                kernel_init=default_kernel_init, name: str | None = None) -> nn.Dense:
+  """nn.Dense x [..., in] -> [..., features] with kernel axes `axes` (the bias takes the
+  last) and tx's dot_general (tx/ops/matmul.py); the bias starts at zero."""
+  return nn.Dense(features, use_bias=use_bias, dtype=jnp.dtype(dtype),
+                  param_dtype=jnp.dtype(param_dtype), dot_general=dense_dot_general,
+                  kernel_init=partitioned(kernel_init, axes),
+                  bias_init=partitioned(nn.initializers.zeros, axes[-1:]), name=name)
 
 
 def dropout(module: nn.Module, x, rate: float, deterministic: bool):

@@ -5,9 +5,8 @@ from __future__ import annotations
 import flax.linen as nn
 
 from tx.config.base import choice, config
-from tx.ops.matmul import dense_dot_general
-from tx.layers.common import (FFN_ACTIVATIONS, activation, constrain, default_kernel_init,
-                              dropout, dtype, partitioned)
+from tx.config.choices import FFN_ACTIVATIONS
+from tx.layers.common import activation, constrain, dense_layer, dropout
 
 
 @config
@@ -32,10 +31,8 @@ class FeedForward(nn.Module):
     act, gated = activation(cfg.activation)
 
     def dense(features, axes, name):
-      return nn.Dense(features, use_bias=cfg.use_bias, dtype=dtype(cfg.dtype),
-                      param_dtype=dtype(cfg.param_dtype), dot_general=dense_dot_general,
-                      kernel_init=partitioned(default_kernel_init, axes),
-                      bias_init=partitioned(nn.initializers.zeros, axes[-1:]), name=name)
+      return dense_layer(features, axes, use_bias=cfg.use_bias, dtype=cfg.dtype,
+                         param_dtype=cfg.param_dtype, name=name)
 
     if gated:
       h_BLF = act(dense(cfg.d_ff, ('embed', 'mlp'), 'wi_0')(x_BLD))

@@ -57,11 +57,10 @@ import jax
 import jax.numpy as jnp
 
 from tx.config.base import config, fail
-from tx.layers.common import FFN_ACTIVATIONS as ACTIVATIONS
-from tx.layers.common import activation as activation_fn
-from tx.ops.matmul import dense_dot_general
+from tx.config.choices import DTYPES, FFN_ACTIVATIONS
+from tx.layers.common import activation, constrain, dense_layer, dtype, partitioned
 
-DTYPES = ('float32', 'bfloat16', 'float16')
+ACTIVATIONS = FFN_ACTIVATIONS  # the old name here
 
 
 @config
@@ -70,7 +69,7 @@ class MoELayerConfig:
   PREFIX = 'MoELayerConfig.'
   d_model: int
   d_ff: int  # hidden size of each expert
-  activation: str  # one of ACTIVATIONS; *glu are gated (two input projections)
+  activation: str  # one of FFN_ACTIVATIONS; the gated ones have two input projections
   num_experts: int
   top_k: int = 2
   capacity_factor: float = 1.25  # 0 = dropless (ragged_dot path)
@@ -86,8 +85,9 @@ class MoELayerConfig:
     for name in ('d_model', 'd_ff', 'num_experts'):
       if getattr(self, name) <= 0:
         fail(p + name, f'must be > 0, got {getattr(self, name)}')
-    if self.activation not in ACTIVATIONS:
-      fail(p + 'activation', f'{self.activation!r} is not one of {", ".join(ACTIVATIONS)}')
+    if self.activation not in FFN_ACTIVATIONS:
+      fail(p + 'activation',
+           f'{self.activation!r} is not one of {", ".join(FFN_ACTIVATIONS)}')
     if not 1 <= self.top_k <= self.num_experts:
       fail(p + 'top_k', f'must be between 1 and num_experts={self.num_experts}, got {self.top_k}')
     if self.capacity_factor < 0:
@@ -100,7 +100,7 @@ class MoELayerConfig:
 
   @property
   def gated(self) -> bool:
-    return activation_fn(self.activation)[1]
+    return FFN_ACTIVATIONS[self.activation].gated
 
 
 def expert_capacity(cfg: MoELayerConfig, group_size: int) -> int:
@@ -174,21 +174,19 @@ class MoEFeedForward(nn.Module):
     B, L, D = x_BLD.shape
     if D != cfg.d_model:
       raise ValueError(f'x_BLD has d_model {D}, the config says {cfg.d_model}')
-    x_BLD = nn.with_logical_constraint(x_BLD, ('batch', 'length', 'embed'))
+    x_BLD = constrain(x_BLD, ('batch', 'length', 'embed'))
     valid_BL = jnp.ones((B, L), bool) if valid_BL is None else jnp.asarray(valid_BL, bool)
 
-    logits_BLE = nn.Dense(
-        cfg.num_experts, use_bias=False, dtype=jnp.float32,
-        param_dtype=jnp.dtype(cfg.param_dtype), dot_general=dense_dot_general,
-        kernel_init=nn.with_logical_partitioning(nn.initializers.lecun_normal(),
-                                                 ('embed', 'expert')),
+    logits_BLE = dense_layer(
+        cfg.num_experts, ('embed', 'expert'), use_bias=False, dtype='float32',
+        param_dtype=cfg.param_dtype, kernel_init=nn.initializers.lecun_normal(),
         name='router')(x_BLD.astype(jnp.float32))
     probs_BLE, gates_BLK, experts_BLK = top_k_gates(logits_BLE, cfg.top_k)
     gates_BLK = jnp.where(valid_BL[:, :, None], gates_BLK, 0.0)
     self._sow_losses(logits_BLE, probs_BLE, experts_BLK, valid_BL)
 
     weights = self._expert_weights(D)
-    x_BLD = x_BLD.astype(jnp.dtype(cfg.dtype))
+    x_BLD = x_BLD.astype(dtype(cfg.dtype))
     if cfg.capacity_factor > 0:
       y_BLD, keep_BLK = self._capacity_path(x_BLD, valid_BL, gates_BLK, experts_BLK, weights,
                                             deterministic)
@@ -197,18 +195,17 @@ class MoEFeedForward(nn.Module):
                                   deterministic)
       keep_BLK = jnp.broadcast_to(valid_BL[:, :, None], experts_BLK.shape)
     self._sow_metrics(experts_BLK, valid_BL, keep_BLK)
-    return nn.with_logical_constraint(y_BLD, ('batch', 'length', 'embed'))
+    return constrain(y_BLD, ('batch', 'length', 'embed'))
 
   def _expert_weights(self, D):
     """Stacked expert parameters, cast to the compute dtype."""
     cfg = self.cfg
     E, F = cfg.num_experts, cfg.d_ff
-    dtype, param_dtype = jnp.dtype(cfg.dtype), jnp.dtype(cfg.param_dtype)
     kernel = nn.initializers.lecun_normal(in_axis=-2, out_axis=-1, batch_axis=(0,))
 
     def param(name, shape, names, init=kernel):
-      init = nn.with_logical_partitioning(init, names)
-      return self.param(name, init, shape, param_dtype).astype(dtype)
+      value = self.param(name, partitioned(init, names), shape, dtype(cfg.param_dtype))
+      return value.astype(dtype(cfg.dtype))
 
     zeros = nn.initializers.zeros_init()
     w = {}
@@ -224,7 +221,7 @@ class MoEFeedForward(nn.Module):
   def _hidden(self, up, deterministic):
     """act(x·wi): `up(name)` applies input projection `name` (+ its bias)."""
     cfg = self.cfg
-    act, gated = activation_fn(cfg.activation)
+    act, gated = activation(cfg.activation)
     h = act(up('0')) * up('1') if gated else act(up(''))
     return nn.Dropout(cfg.dropout)(h, deterministic=deterministic)
 

@@ -11,9 +11,9 @@ import flax.linen as nn
 import jax.numpy as jnp
 
 from tx import ops
+from tx.config.choices import BIAS
 from tx.config.model import ModelConfig
-from tx.layers.relative_bias import RelativePositionBias
-from tx.models.layer_configs import relative_bias_config
+from tx.models.layer_configs import position_builder
 
 
 def token_validity(tokens_BL, segment_ids_BL=None):
@@ -44,16 +44,12 @@ def self_attention_mask(valid_BL, segment_ids_BL=None, *, causal: bool):
 
 
 class PositionBias(nn.Module):
-  """q_pos [B, L], k_pos [B, S] -> additive bias [B, H, L, S] for ALiBi / T5, else None."""
+  """q_pos [B, L], k_pos [B, S] -> additive bias [B, H, L, S] for a BIAS-kind position
+  scheme (ALiBi, T5), else None."""
   cfg: ModelConfig
   causal: bool
 
   @nn.compact
   def __call__(self, q_pos_BL, k_pos_BS):
-    cfg = self.cfg
-    if cfg.position == 'alibi':
-      return ops.alibi_bias(cfg.num_heads, q_pos_BL, k_pos_BS, causal=self.causal)
-    if cfg.position == 't5':
-      bias_cfg = relative_bias_config(cfg, bidirectional=not self.causal)
-      return RelativePositionBias(bias_cfg, name='relative_bias')(q_pos_BL, k_pos_BS)
-    return None
+    build = position_builder(self.cfg, BIAS)
+    return None if build is None else build(self.cfg, self.causal)(q_pos_BL, k_pos_BS)

@@ -5,19 +5,20 @@ from __future__ import annotations
 import flax.linen as nn
 import jax.numpy as jnp
 
+from tx.config.choices import EMBEDDING
 from tx.config.model import ModelConfig
 from tx.layers.common import dropout, dtype, partitioned
-from tx.layers.embed import Embed, PositionEmbedding
+from tx.layers.embed import Embed
 from tx.layers.norm import Norm
-from tx.models.layer_configs import norm_config, position_config
+from tx.models.layer_configs import norm_config, position_builder
 
 
 class InputEmbedder(nn.Module):
   """tokens [B, L], positions [B, L] (, token_types [B, L]) -> x [B, L, D].
 
   The token table is passed in (`embed`) so an encoder-decoder can share it and a tied
-  head can reuse it. Learned / sinusoidal positions are added here; RoPE, ALiBi and T5
-  biases act inside attention instead.
+  head can reuse it. EMBEDDING-kind positions (learned, sinusoidal) are added here; the
+  other kinds (RoPE, ALiBi and T5 biases) act inside attention instead.
   """
   cfg: ModelConfig
   embed: Embed
@@ -26,9 +27,9 @@ class InputEmbedder(nn.Module):
   def __call__(self, tokens_BL, positions_BL, token_types_BL=None, *, deterministic=True):
     cfg = self.cfg
     x_BLD = self.embed(tokens_BL)
-    pos_cfg = position_config(cfg)
-    if pos_cfg is not None:
-      x_BLD = x_BLD + PositionEmbedding(pos_cfg, name='position_embedding')(positions_BL)
+    build = position_builder(cfg, EMBEDDING)
+    if build is not None:
+      x_BLD = x_BLD + build(cfg)(positions_BL)
     if cfg.type_vocab_size:
       table = self.param('token_type_embedding',
                          partitioned(nn.initializers.normal(0.02), (None, 'embed')),

@@ -6,18 +6,15 @@ import flax.linen as nn
 import jax.numpy as jnp
 
 from tx.config.model import ModelConfig
-from tx.layers.common import ACTIVATIONS, default_kernel_init, dtype, partitioned
+from tx.layers.common import ACTIVATIONS, constrain, dense_layer, dtype, partitioned
 from tx.layers.embed import Embed
 from tx.layers.norm import Norm
 from tx.models.layer_configs import norm_config
-from tx.ops.matmul import dense_dot_general
 
 
 def _dense(cfg: ModelConfig, features, axes, name, use_bias=True):
-  return nn.Dense(features, use_bias=use_bias, dtype=dtype(cfg.dtype),
-                  param_dtype=dtype(cfg.param_dtype), dot_general=dense_dot_general,
-                  kernel_init=partitioned(default_kernel_init, axes),
-                  bias_init=partitioned(nn.initializers.zeros, axes[-1:]), name=name)
+  return dense_layer(features, axes, use_bias=use_bias, dtype=cfg.dtype,
+                     param_dtype=cfg.param_dtype, name=name)
 
 
 class LMHead(nn.Module):
@@ -38,7 +35,7 @@ class LMHead(nn.Module):
       logits = self.embed.attend(x_BLD)
     else:
       logits = _dense(cfg, cfg.vocab_size, ('embed', 'vocab'), 'lm_head', use_bias=False)(x_BLD)
-    return nn.with_logical_constraint(logits.astype(jnp.float32), ('batch', 'length', 'vocab'))
+    return constrain(logits.astype(jnp.float32), ('batch', 'length', 'vocab'))
 
 
 class MLMHead(nn.Module):

@@ -1,19 +1,25 @@
-"""From one `ModelConfig` to the small per-layer configs of `tx.layers`.
+"""From one `ModelConfig` to the small per-layer configs of `tx.layers`, and the builder
+of each position scheme (`POSITION_BUILDERS`).
 
 This is the only place that reads the whole model config on behalf of layers, so the
-layers stay reusable on their own (DESIGN.md: a layer never sees the experiment config).
+layers stay reusable on their own: a layer sees only its own small config, never the
+model or experiment config.
 """
 
 from __future__ import annotations
 
+import functools
+
+from tx import ops
+from tx.config.choices import EMBEDDING, ROTARY
 from tx.config.model import ModelConfig
 from tx.layers.attention import AttentionConfig
 from tx.layers.block import BlockConfig
-from tx.layers.embed import EmbedConfig, PositionConfig
+from tx.layers.embed import EmbedConfig, PositionConfig, PositionEmbedding
 from tx.layers.ffn import FFNConfig
 from tx.layers.moe import MoELayerConfig
 from tx.layers.norm import NormConfig
-from tx.layers.relative_bias import RelativeBiasConfig
+from tx.layers.relative_bias import RelativeBiasConfig, RelativePositionBias
 
 
 def norm_config(cfg: ModelConfig) -> NormConfig:
@@ -27,7 +33,7 @@ def attention_config(cfg: ModelConfig, *, cross: bool = False,
   return AttentionConfig(
       d_model=cfg.d_model, num_heads=cfg.num_heads, num_kv_heads=cfg.num_kv_heads,
       head_dim=cfg.head_dim, use_bias=cfg.use_bias, dropout=cfg.attention_dropout,
-      scale=cfg.scale_attention, rope=cfg.position == 'rope' and not cross,
+      scale=cfg.scale_attention, rope=cfg.position_kind == ROTARY and not cross,
       rope_theta=cfg.rope_theta, rope_fraction=cfg.rope_fraction,
       implementation=cfg.attention_impl,
       causal_blocks=cfg.attention_causal_blocks if causal else 1, dtype=cfg.dtype,
@@ -72,7 +78,7 @@ def embed_config(cfg: ModelConfig, vocab_size: int) -> EmbedConfig:
 
 
 def position_config(cfg: ModelConfig) -> PositionConfig | None:
-  if cfg.position not in ('learned', 'sinusoidal'):
+  if cfg.position_kind != EMBEDDING:
     return None
   return PositionConfig(kind=cfg.position, max_len=cfg.max_len, d_model=cfg.d_model,
                         dtype=cfg.dtype, param_dtype=cfg.param_dtype)
@@ -82,3 +88,39 @@ def relative_bias_config(cfg: ModelConfig, *, bidirectional: bool) -> RelativeBi
   return RelativeBiasConfig(num_heads=cfg.num_heads, num_buckets=cfg.t5_num_buckets,
                             max_distance=cfg.t5_max_distance, bidirectional=bidirectional,
                             param_dtype=cfg.param_dtype)
+
+
+# ------------------------------------------------------------- position schemes
+
+def _embedding(cfg: ModelConfig):
+  return PositionEmbedding(position_config(cfg), name='position_embedding')
+
+
+def _alibi(cfg: ModelConfig, causal: bool):
+  return functools.partial(ops.alibi_bias, cfg.num_heads, causal=causal)
+
+
+def _t5(cfg: ModelConfig, causal: bool):
+  return RelativePositionBias(relative_bias_config(cfg, bidirectional=not causal),
+                              name='relative_bias')
+
+
+# One builder per row of tx.config.choices.POSITION_KINDS (same keys), by kind:
+#   EMBEDDING: build(cfg) -> module, positions [B, L] -> [B, L, D] added to the token
+#     embeddings (called inside `InputEmbedder`);
+#   BIAS: build(cfg, causal) -> callable, q_pos [B, L], k_pos [B, S] -> [B, H, L, S]
+#     added to the self-attention scores (called inside `PositionBias`, once per stack);
+#   ROTARY, NONE: None (`attention_config` turns RoPE on from the kind).
+POSITION_BUILDERS = {
+    'sinusoidal': _embedding,
+    'learned': _embedding,
+    'rope': None,
+    'alibi': _alibi,
+    't5': _t5,
+    'none': None,
+}
+
+
+def position_builder(cfg: ModelConfig, kind: str):
+  """The builder of `cfg.position` if the scheme is of `kind` (EMBEDDING or BIAS), else None."""
+  return POSITION_BUILDERS[cfg.position] if cfg.position_kind == kind else None

@@ -55,7 +55,7 @@ def flops_per_step(cfg: ModelConfig, params, *, batch: int, length: int,
   """Training FLOPs of one step of `batch` rows (length = source / only sequence length)."""
   moe = cfg.moe
   counts = _matmul_params(params, moe.top_k / moe.num_experts if moe.num_experts else 1.0)
-  attn = cfg.num_heads * cfg.head_dim_
+  attn = cfg.num_heads * cfg.resolved_head_dim
   # A token table is a gather; it multiplies activations only as a tied output projection.
   embed = counts.get('embed', 0) if cfg.tie_embeddings else 0
   heads = sum(v for k, v in counts.items() if k not in ('embed', 'src_embed', 'encoder',

@@ -15,8 +15,8 @@ from tx.data.tokenizers.base import Tokenizer
 from tx.data.tokenizers.build import build_tokenizer, cache_path, train_tokenizer
 from tx.data.tokenizers.byte import ByteTokenizer
 from tx.data.tokenizers.char import CharTokenizer
-from tx.data.tokenizers.hf import HfTokenizer, load_hf_tokenizer
-from tx.data.tokenizers.loading import KINDS, load_tokenizer
+from tx.data.tokenizers.hf import HfTokenizer
+from tx.data.tokenizers.loading import KINDS, load_hf_tokenizer, load_tokenizer
 from tx.data.tokenizers.specials import (BOS_ID, EOS_ID, MASK_ID, NUM_SPECIALS, PAD_ID,
                                          SPECIAL_PIECES, UNK_ID)
 from tx.data.tokenizers.subword import SentencePieceTokenizer

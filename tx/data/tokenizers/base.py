@@ -30,6 +30,7 @@ from typing import Any, ClassVar, Iterable
 
 import numpy as np
 
+from tx.data.errors import DataError
 from tx.data.tokenizers import specials
 
 FORMAT = 'tx-tokenizer'
@@ -158,3 +159,14 @@ def write_atomic(path: pathlib.Path, data: bytes) -> None:
     if os.path.exists(tmp):
       os.unlink(tmp)
     raise
+
+
+def read_json_object(path: pathlib.Path) -> dict[str, Any]:
+  """The JSON object in `path`, or {} when it is missing or not an object."""
+  if not path.is_file():
+    return {}
+  try:
+    data = json.loads(path.read_text(encoding='utf-8'))
+  except (UnicodeDecodeError, json.JSONDecodeError) as e:
+    raise DataError(f'{path} is not valid JSON ({e})') from None
+  return data if isinstance(data, dict) else {}

@@ -33,7 +33,7 @@ def check_kind(kind: str) -> None:
     raise DataError(f'data.tokenizer={kind!r} is unknown; use one of {", ".join(KINDS)}')
   if kind == 'hf':
     raise DataError('data.tokenizer=hf is not trained: it is read from data.tokenizer_path '
-                    '(a Hugging Face tokenizer.json; see tx.data.tokenizers.hf.load_hf_tokenizer)')
+                    '(a Hugging Face tokenizer.json; see tx.data.tokenizers.load_hf_tokenizer)')
 
 
 def cache_path(kind: str, vocab_size: int, cache_dir: str | os.PathLike) -> pathlib.Path:

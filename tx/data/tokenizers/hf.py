@@ -54,7 +54,7 @@ import numpy as np
 
 from tx.data.errors import DataError
 from tx.data.tokenizers import specials
-from tx.data.tokenizers.base import FORMAT, Tokenizer, as_ids, write_atomic
+from tx.data.tokenizers.base import Tokenizer, as_ids, read_json_object, write_atomic
 
 HF_FILE = 'tokenizer.json'
 HEADER_FILE = 'tx_tokenizer.json'  # what `tx convert` writes next to the copied tokenizer.json
@@ -137,14 +137,14 @@ class HfTokenizer(Tokenizer):
     """role -> id from folder's tokenizer_config.json / special_tokens_map.json / config.json."""
     found: dict[str, int | None] = {}
     for name in CONFIG_FILES:
-      for role, token in _read_json(folder / name).items():
+      for role, token in read_json_object(folder / name).items():
         if not role.endswith('_token') or role[:-len('_token')] not in ROLES:
           continue
         if isinstance(token, dict):
           token = token.get('content')
         if isinstance(token, str) and found.get(role[:-len('_token')]) is None:
           found[role[:-len('_token')]] = self._tok.token_to_id(token)
-    model = _read_json(folder / 'config.json')
+    model = read_json_object(folder / 'config.json')
     for role in ('pad', 'bos', 'eos', 'decoder_start'):
       value = model.get(f'{role}_token_id')
       if isinstance(value, list):  # several EOS ids (LLaMA 3): tx stops at the first
@@ -260,39 +260,6 @@ class HfTokenizer(Tokenizer):
       raise DataError(f'{file} is not the tokenizer {path} was saved with (sha256 differs); '
                       f'restore it or delete {path} and point data.tokenizer_path at {file}')
     return cls(data, header['special_ids'], source=str(file))
-
-
-def load_hf_tokenizer(path: str | os.PathLike) -> HfTokenizer:
-  """data.tokenizer_path: a tx header (kind 'hf'), a tokenizer.json, or a folder with either."""
-  from tx.data.tokenizers.loading import load_tokenizer  # pylint: disable=g-import-not-at-top
-  path = pathlib.Path(path).expanduser()
-  if path.is_dir():
-    header = path / HEADER_FILE
-    if not header.is_file() and not (path / HF_FILE).is_file():
-      raise DataError(f'data.tokenizer_path: {path} holds no {HF_FILE}; put the checkpoint\'s '
-                      f'{HF_FILE} there (tx reads Hugging Face fast tokenizers only)')
-    path = header if header.is_file() else path / HF_FILE
-  if not path.is_file():
-    raise DataError(f'data.tokenizer_path: {path} not found; point it at a {HF_FILE} or the '
-                    'folder holding one')
-  if _read_json(path).get('format') == FORMAT:
-    tokenizer = load_tokenizer(path)
-    if not isinstance(tokenizer, HfTokenizer):
-      raise DataError(f'data.tokenizer_path: {path} holds a {tokenizer.kind!r} tokenizer; '
-                      'data.tokenizer=hf needs a Hugging Face one')
-    return tokenizer
-  return HfTokenizer.from_files(path)
-
-
-def _read_json(path: pathlib.Path) -> dict[str, Any]:
-  """The JSON object in `path`, or {} when it is missing or not an object."""
-  if not path.is_file():
-    return {}
-  try:
-    data = json.loads(path.read_text(encoding='utf-8'))
-  except (UnicodeDecodeError, json.JSONDecodeError) as e:
-    raise DataError(f'{path} is not valid JSON ({e})') from None
-  return data if isinstance(data, dict) else {}
 
 
 @functools.cache

@@ -1,4 +1,5 @@
-"""`load_tokenizer`: reads a tokenizer saved by `Tokenizer.save`, whatever its kind."""
+"""`load_tokenizer`: reads a tokenizer saved by `Tokenizer.save`, whatever its kind;
+`load_hf_tokenizer`: data.tokenizer=hf from a checkpoint's tokenizer.json or a saved one."""
 
 from __future__ import annotations
 
@@ -7,10 +8,10 @@ import os
 import pathlib
 
 from tx.data.errors import DataError
-from tx.data.tokenizers.base import FORMAT, FORMAT_VERSION, Tokenizer
+from tx.data.tokenizers.base import FORMAT, FORMAT_VERSION, Tokenizer, read_json_object
 from tx.data.tokenizers.byte import ByteTokenizer
 from tx.data.tokenizers.char import CharTokenizer
-from tx.data.tokenizers.hf import HfTokenizer
+from tx.data.tokenizers.hf import HEADER_FILE, HF_FILE, HfTokenizer
 from tx.data.tokenizers.subword import SentencePieceTokenizer
 
 # data.tokenizer value -> class.
@@ -53,3 +54,24 @@ def load_tokenizer(path: str | os.PathLike) -> Tokenizer:
     raise DataError(f'{path} says vocab_size {header.get("vocab_size")} but the tokenizer has '
                     f'{tokenizer.vocab_size}; delete it to retrain')
   return tokenizer
+
+
+def load_hf_tokenizer(path: str | os.PathLike) -> HfTokenizer:
+  """data.tokenizer_path: a tx header (kind 'hf'), a tokenizer.json, or a folder with either."""
+  path = pathlib.Path(path).expanduser()
+  if path.is_dir():
+    header = path / HEADER_FILE
+    if not header.is_file() and not (path / HF_FILE).is_file():
+      raise DataError(f'data.tokenizer_path: {path} holds no {HF_FILE}; put the checkpoint\'s '
+                      f'{HF_FILE} there (tx reads Hugging Face fast tokenizers only)')
+    path = header if header.is_file() else path / HF_FILE
+  if not path.is_file():
+    raise DataError(f'data.tokenizer_path: {path} not found; point it at a {HF_FILE} or the '
+                    'folder holding one')
+  if read_json_object(path).get('format') == FORMAT:
+    tokenizer = load_tokenizer(path)
+    if not isinstance(tokenizer, HfTokenizer):
+      raise DataError(f'data.tokenizer_path: {path} holds a {tokenizer.kind!r} tokenizer; '
+                      'data.tokenizer=hf needs a Hugging Face one')
+    return tokenizer
+  return HfTokenizer.from_files(path)
