@@ -1,19 +1,17 @@
 """glibc malloc settings for the buffers XLA:CPU allocates at every step (Linux, glibc).
 
-XLA:CPU allocates one temporary buffer per execution (2.2 GB for the benchmark's 6-layer
-GPT step, 45 MB for nanoGPT's baby GPT) with `posix_memalign` from a worker thread.
-glibc serves a buffer that size with a fresh `mmap` and returns it with `munmap`, so every
-step faults every page in again and the kernel zeroes it (6-layer step: ~540,000 minor
-faults, ~0.8 s of kernel time in 5 s on a 2-core host). Three glibc tunables
-(benchmarks/NOTES.md, attempts 24 and 26):
+XLA:CPU allocates one temporary buffer per execution (tens of MB to GBs for a training
+step) with `posix_memalign` from a worker thread. glibc serves a buffer that size with a
+fresh `mmap` and returns it with `munmap`, so every step faults every page in again and
+the kernel zeroes it. Three glibc tunables (benchmarks/NOTES.md has the measurements):
 
 - `glibc.malloc.hugetlb=1`: malloc asks for transparent huge pages on its large mappings,
-  2 MB pages instead of 4 KB (~1,500 faults; the 6-layer step 9-11 % faster);
+  2 MB pages instead of 4 KB (512 times fewer faults);
 - `glibc.malloc.mmap_max=0` and `glibc.malloc.trim_threshold=256 MiB`: buffers up to
   64 MB come from malloc's heaps and are reused across steps instead of being mapped
-  afresh (the baby GPT's step ~12 % faster); up to 256 MiB of free memory at the top of a
-  heap stays with the process. Larger buffers are still mapped per step (glibc falls back
-  to `mmap` for them), with huge pages.
+  afresh; up to 256 MiB of free memory at the top of a heap stays with the process.
+  Larger buffers are still mapped per step (glibc falls back to `mmap` for them), with
+  huge pages.
 
 glibc reads tunables once, at process start, so they have to be in the environment
 before Python starts: the `tx` command re-executes itself once with them

@@ -25,3 +25,20 @@ def test_anything_else_reaches_the_log():
   keep = orphaned_reads._NeverRetrievedReadErrors().filter
   assert keep(_record('Future exception was never retrieved', ValueError('a real bug')))
   assert keep(_record('something else', ValueError('in OCDBT database at local file "x"')))
+
+
+def test_unraisable_read_debris_is_dropped_and_nothing_else():
+  import asyncio
+  import types
+  loop = asyncio.new_event_loop()
+  loop.close()
+  try:
+    loop.call_soon_threadsafe(print)
+  except RuntimeError as e:
+    closed = e
+  debris = orphaned_reads._is_read_debris
+  unraisable = lambda exc: types.SimpleNamespace(exc_value=exc, exc_traceback=exc.__traceback__)
+  assert debris(unraisable(closed))
+  assert debris(unraisable(ValueError('Encountered error while reading array index (0,)')))
+  assert not debris(unraisable(RuntimeError('Event loop is closed')))  # not from a callback
+  assert not debris(unraisable(ValueError('a real bug')))

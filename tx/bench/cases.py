@@ -52,8 +52,8 @@ _S2S_DECODE = dict(new=32, repeats=3)
 SUITE = (
     Case('gpt_baby', _gpt(4, 4, 128, 64, 12, steps=20, warmup=3),
          note="nanoGPT's CPU baby GPT"),
-    # 5 timed steps: with 3, one slow step (machine noise; its min was 5.26 s) moved the median
-    # from 5.3 to 6.9 s (benchmarks/NOTES.md, the 2026-11-25 suite run).
+    # 5 timed steps: with 3, one slow step (machine noise) can move the median
+    # (benchmarks/NOTES.md).
     Case('gpt_6l', _gpt(6, 6, 384, 256, 64, steps=5, warmup=1, **_TUNED, **_DECODE),
          kinds=('train', 'decode'), decode_batches=(1, 8),
          note="nanoGPT's GPU shakespeare_char shape; scanned layers, remat dots_no_batch"),
@@ -62,9 +62,9 @@ SUITE = (
     Case('gpt_6l_bf16', _gpt(6, 6, 384, 256, 64, steps=2, warmup=1, dtype='bfloat16', **_TUNED),
          peer=False, note='bf16 compute, fp32 params; MFU against the bf16 ceiling'),
     Case('bert_mini', _bert(4, 4, 128, 128, 16, steps=10, warmup=2)),
-    # The larger encoder and seq2seq cases run scanned + dots_no_batch like gpt_6l: on
-    # 2026-11-25 that cut their peak RSS 2.15 -> 1.43 GB and 1.37 -> 1.20 GB and their step
-    # time 6 % and 3 % (benchmarks/NOTES.md, attempt 23); the small ones are overhead-bound.
+    # The larger encoder and seq2seq cases run scanned + dots_no_batch like gpt_6l, for the
+    # same reason (less memory, no slower; benchmarks/NOTES.md); the small ones are
+    # overhead-bound.
     Case('bert_6l', _bert(6, 6, 384, 256, 16, steps=3, warmup=1, **_TUNED),
          note='scanned layers, remat dots_no_batch'),
     Case('seq2seq_small', _s2s(2, 4, 128, 32, 32, 1000, steps=10, warmup=2, **_S2S_DECODE),

@@ -22,6 +22,7 @@ import sys
 import time
 
 from tx.bench import cases as cases_lib
+from tx.bench import report
 from tx.bench.worker import BenchError, run_isolated, thread_env
 from tx.errors import UserError
 
@@ -45,8 +46,8 @@ def select(quick: bool, only=None) -> tuple[cases_lib.Case, ...]:
 
 def torch_available() -> bool:
   try:
-    import torch  # pylint: disable=g-import-not-at-top,unused-import
-    import transformers  # pylint: disable=g-import-not-at-top,unused-import
+    import torch  # pylint: disable=g-import-not-at-top,unused-import  (optional (the interop extra); heavy)
+    import transformers  # pylint: disable=g-import-not-at-top,unused-import  (optional (the interop extra); heavy)
   except ImportError:
     return False
   return True
@@ -79,7 +80,6 @@ def _measure_case(case, *, peers: bool, threads: int, say) -> dict:
 
 def run(cases, *, peers: bool = True, threads: int = 2, say=print, ceiling_n: int = 2048) -> dict:
   """Measures every case; returns the JSON document (machine, ceilings, cases, targets)."""
-  from tx.bench import report  # pylint: disable=g-import-not-at-top
   start = time.time()
   ceiling_spec = {'n': ceiling_n, 'repeats': 10}
   ceilings = [run_isolated(f'{TX}:ceiling', ceiling_spec, threads=threads)]
@@ -102,13 +102,13 @@ def run(cases, *, peers: bool = True, threads: int = 2, say=print, ceiling_n: in
 
 
 def machine(threads: int) -> dict:
-  import jax  # pylint: disable=g-import-not-at-top
+  import jax  # pylint: disable=g-import-not-at-top  (start-up: the parent of the measurements stays light)
   info = {'platform': platform.platform(), 'processor': platform.processor(),
           'cpu_count': os.cpu_count(), 'threads': threads, 'python': sys.version.split()[0],
           'jax': jax.__version__, 'device': str(jax.devices()[0].device_kind),
           'glibc_tunables': thread_env(threads).get('GLIBC_TUNABLES', '')}
   try:
-    import torch  # pylint: disable=g-import-not-at-top
+    import torch  # pylint: disable=g-import-not-at-top  (optional (the interop extra); heavy)
     info['torch'] = torch.__version__
   except ImportError:
     pass
@@ -117,7 +117,6 @@ def machine(threads: int) -> dict:
 
 def cli(args) -> int:
   """`tx bench` (arguments parsed in tx/cli.py)."""
-  from tx.bench import report  # pylint: disable=g-import-not-at-top
   try:
     chosen = select(args.quick, args.only)
   except ValueError as e:

@@ -62,7 +62,7 @@ import time
 
 
 def _torch(spec):
-  import torch  # pylint: disable=g-import-not-at-top
+  import torch  # pylint: disable=g-import-not-at-top  (optional (the interop extra); heavy)
   torch.set_num_threads(spec['threads'])
   torch.manual_seed(0)
   return torch
@@ -112,7 +112,7 @@ def _decode(spec, run):
 
 
 def _gpt2(spec, ctx):
-  import transformers  # pylint: disable=g-import-not-at-top
+  import transformers  # pylint: disable=g-import-not-at-top  (optional (the interop extra); heavy)
   config = transformers.GPT2Config(
       n_layer=spec['layers'], n_head=spec['heads'], n_embd=spec['d_model'],
       n_inner=spec['d_ff'], vocab_size=spec['vocab'], n_positions=ctx,
@@ -159,7 +159,7 @@ def gpt2_generate(spec):
 
 def bert_train(spec):
   torch = _torch(spec)
-  import transformers  # pylint: disable=g-import-not-at-top
+  import transformers  # pylint: disable=g-import-not-at-top  (optional (the interop extra); heavy)
   config = transformers.BertConfig(
       num_hidden_layers=spec['layers'], num_attention_heads=spec['heads'],
       hidden_size=spec['d_model'], intermediate_size=spec['d_ff'], vocab_size=spec['vocab'],

@@ -63,7 +63,7 @@ def main(argv: list[str]) -> int:
   target, spec = argv[0], json.loads(argv[1])
   module, name = target.split(':')
   if 'torch' in module:
-    import torch  # pylint: disable=g-import-not-at-top
+    import torch  # pylint: disable=g-import-not-at-top  (optional (the interop extra); heavy)
     torch.set_num_threads(int(spec['threads']))
   result = getattr(importlib.import_module(module), name)(spec)
   result['peak_rss_bytes'] = float(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)

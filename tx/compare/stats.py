@@ -60,7 +60,7 @@ def summarize(xs: Sequence[float]) -> Summary:
 
 def t_quantile(p: float, df: float) -> float:
   """The p-quantile of Student's t distribution with `df` degrees of freedom."""
-  from scipy import stats  # pylint: disable=g-import-not-at-top
+  from scipy import stats  # pylint: disable=g-import-not-at-top  (heavy: kept off start-up)
   return float(stats.t.ppf(p, df))
 
 

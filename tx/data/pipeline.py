@@ -31,7 +31,10 @@ from typing import Any, Callable, Sequence
 
 import grain
 import numpy as np
+from absl import flags
 
+from tx.data import sources
+from tx.data import sources, tokenizers
 from tx.data.errors import DataError
 from tx.data.lm import CausalPacked, CausalWindows
 from tx.data.mlm import MLMPacked, MLMWindows, Masking, splitmix64
@@ -236,7 +239,6 @@ class Pipeline:
     # GIL contention (Grain's own advice for in-memory data).
     it = ds.to_iter_dataset(grain.ReadOptions(num_threads=0, prefetch_buffer_size=0))
     if self.num_workers:
-      from absl import flags  # pylint: disable=g-import-not-at-top
       if not flags.FLAGS.is_parsed():  # Grain workers read absl flags; use their defaults
         flags.FLAGS.mark_as_parsed()
       it = it.mp_prefetch(grain.MultiprocessingOptions(num_workers=self.num_workers))
@@ -348,7 +350,6 @@ def dataset_tokenizer(data_cfg, *, source: Callable[[str], Sequence[dict]] | Non
   code that calls this gets the very tokenizer the pipeline used. data.tokenizer=hf is
   read from data.tokenizer_path instead (nothing trained or cached).
   """
-  from tx.data import sources, tokenizers  # pylint: disable=g-import-not-at-top
   if data_cfg.tokenizer == 'hf':
     return tokenizers.load_hf_tokenizer(data_cfg.tokenizer_path)
   load = source or (lambda split: sources.load_source(data_cfg, split))
@@ -406,7 +407,6 @@ def make_pipeline(data_cfg, objective: str, split: str, *, batch_size: int, seed
   """
   _check(objective, split, batch_size, shard_index, shard_count)
   if source is None:
-    from tx.data import sources  # pylint: disable=g-import-not-at-top
     records = sources.load_source(data_cfg, split)
     if cache_dir is None and tokenizer is None:
       cache_dir = sources.prepared_dir(data_cfg) / 'tokens'

@@ -12,10 +12,9 @@ import jax
 
 __all__ = ['SEGMENT_STEPS', 'MAX_SEGMENTS', 'cache_schedule', 'segmented_while_loop']
 
-# Each segment compiles the step once more (~1-1.5 s for a 6-layer model on 2 cores), so
-# by default only generations of >= 2 * SEGMENT_STEPS tokens are split, into at most
-# MAX_SEGMENTS (6 layers, d 384, 256 new tokens: 4 segments decode 11-17 % faster than
-# one; benchmarks/NOTES.md, attempt 10).
+# Each segment compiles the step once more, so by default only generations long enough for
+# the bytes saved to outweigh that (>= 2 * SEGMENT_STEPS tokens) are split, into at most
+# MAX_SEGMENTS (benchmarks/NOTES.md has the measurements).
 SEGMENT_STEPS = 64
 MAX_SEGMENTS = 4
 

@@ -84,7 +84,7 @@ def _shards(index: Path) -> list[str]:
 
 def _read_safetensors(file: Path) -> dict[str, np.ndarray]:
   try:
-    from safetensors.numpy import load_file  # pylint: disable=g-import-not-at-top
+    from safetensors.numpy import load_file  # pylint: disable=g-import-not-at-top  (optional (the interop extra))
   except ImportError:
     load_file = None
   if load_file is not None:
@@ -126,7 +126,7 @@ def _read_safetensors_raw(file: Path) -> dict[str, np.ndarray]:
 
 def _read_torch(file: Path) -> dict[str, np.ndarray]:
   try:
-    import torch  # pylint: disable=g-import-not-at-top
+    import torch  # pylint: disable=g-import-not-at-top  (optional (the interop extra); heavy)
   except ImportError:
     raise CheckpointError(f'{file}: reading a PyTorch state dict needs torch; install the '
                           'extra (pip install -e ".[interop]") or convert the checkpoint to '

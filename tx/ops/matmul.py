@@ -5,8 +5,7 @@ on the left. Its weight gradient then contracts two dimensions (B and L) at once
 XLA:CPU lowers that to transposed copies of the activations and the output gradient
 followed by a matmul its YNNPACK kernels do not take (Eigen's, which spends most of its
 time packing). Flattening the leading dimensions first makes every product of the layer,
-forward and backward, a plain 2-D matmul: the 6-layer GPT training step of `tx bench`
-went from 4.64-4.68 s to 4.22-4.26 s per step (benchmarks/NOTES.md, attempt 25). The
+forward and backward, a plain 2-D matmul (benchmarks/NOTES.md has the measurements). The
 reshapes are free (bitcasts) and the result is the same product.
 """
 

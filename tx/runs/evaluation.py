@@ -31,7 +31,7 @@ DEFAULT_FACTORS = (1, 2, 4)
 def corpus_scores(hypotheses: list[str], references: list[str]) -> dict:
   """{'bleu', 'chrf', 'bleu_signature', 'chrf_signature'} of detokenized sentences
   (one reference each): sacreBLEU corpus BLEU (13a tokenization) and chrF."""
-  from sacrebleu.metrics import BLEU, CHRF  # pylint: disable=g-import-not-at-top
+  from sacrebleu.metrics import BLEU, CHRF  # pylint: disable=g-import-not-at-top  (heavy: kept off start-up)
   if len(hypotheses) != len(references):
     raise ValueError(f'{len(hypotheses)} hypotheses but {len(references)} references')
   bleu, chrf = BLEU(tokenize='13a'), CHRF()

@@ -21,6 +21,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tx import compat
 from tx.config.base import ConfigError, parse_overrides
 from tx.runs import plan as planning
 
@@ -30,9 +31,7 @@ _FORCE = '--xla_force_host_platform_device_count'
 
 def backend_started() -> bool:
   """True once JAX has created its backends (from then on the device count is fixed)."""
-  from jax._src import xla_bridge  # pylint: disable=g-import-not-at-top
-  started = getattr(xla_bridge, 'backends_are_initialized', None)
-  return started() if started is not None else bool(getattr(xla_bridge, '_backends', True))
+  return compat.backends_started()
 
 
 def xla_flags(n: int, flags: str = '') -> str:
@@ -47,7 +46,7 @@ def ensure_devices(n: int) -> bool:
   Returns True when this process can compile for `n` devices (CPU platform, at least `n`
   devices: set up now or already there), False when its backend runs with something else.
   """
-  import jax  # pylint: disable=g-import-not-at-top
+  import jax  # pylint: disable=g-import-not-at-top  (start-up: `tx plan` sets XLA_FLAGS before JAX loads)
   if not backend_started():
     os.environ['XLA_FLAGS'] = xla_flags(n, os.environ.get('XLA_FLAGS', ''))
     jax.config.update('jax_platforms', 'cpu')

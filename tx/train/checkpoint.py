@@ -34,7 +34,9 @@ import numpy as np
 import orbax.checkpoint as ocp
 from etils import epath
 from orbax.checkpoint import checkpoint_managers as policies
+from jax.experimental import multihost_utils
 
+from tx import compat
 from tx.train import orphaned_reads
 from tx.train.errors import CheckpointError
 
@@ -73,7 +75,11 @@ class Checkpointer:
         best_fn=best_fn, best_mode=best_mode)
     handlers = {'state': ocp.StandardCheckpointHandler(), 'data': ocp.JsonCheckpointHandler(),
                 'meta': ocp.JsonCheckpointHandler()}
-    self._manager = _Manager(self.directory, item_handlers=handlers, options=options)
+    # A damaged metrics file leaves its step unranked instead of failing start-up (Orbax reads
+    # every step's metrics when it opens a directory).
+    self._manager = compat.checkpoint_manager(
+        self.directory, unreadable_metrics=self._unreadable_metrics, item_handlers=handlers,
+        options=options)
 
   # ----------------------------------------------------------------------------------------- save
 
@@ -200,6 +206,10 @@ class Checkpointer:
 
   # ------------------------------------------------------------------------------------- internal
 
+  def _unreadable_metrics(self, step, error):
+    log.warning('checkpoint step %d in %s: unreadable metrics (%s); the step is not ranked',
+                step, self.directory, _one_line(error))
+
   def _try_restore(self, step, target):
     """((state, data, meta, step), None) or (None, one-line reason); agreed by all processes."""
     stored = jax.tree_util.tree_map(_key_data_abstract, target)
@@ -265,20 +275,6 @@ class Checkpointer:
       log.warning('checkpoint step %d: metrics have no numeric %r (got %s); this step is kept '
                   'only while among the latest', step, self._best_metric, sorted(metrics))
     return numbers
-
-
-class _Manager(ocp.CheckpointManager):
-  """Orbax's manager, except a damaged metrics file makes its step unranked instead of failing
-  start-up (Orbax reads every step's metrics when it opens a directory)."""
-
-  def metrics(self, step: int):
-    """The step's saved metrics, or None if they are missing or unreadable."""
-    try:
-      return super().metrics(step)
-    except Exception as e:  # pylint: disable=broad-except
-      log.warning('checkpoint step %d in %s: unreadable metrics (%s); the step is not ranked',
-                  step, self.directory, _one_line(e))
-      return None
 
 
 class _MetricValue:
@@ -390,5 +386,4 @@ def _everywhere(ok: bool) -> bool:
   """True iff `ok` on every process (so all processes fall back to the same step)."""
   if jax.process_count() == 1:
     return ok
-  from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
   return bool(np.all(multihost_utils.process_allgather(np.int32(ok))))

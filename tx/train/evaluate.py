@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 
 import jax
+from jax.experimental import multihost_utils
 
 from tx.tasks.base import summarize
 from tx.train.mesh import global_batch
@@ -37,5 +38,4 @@ def evaluate(eval_step, params, pipeline, mesh, *, max_batches: int | None = Non
 
 
 def _sum_over_processes(x: float) -> float:
-  from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
   return float(multihost_utils.process_allgather(x).sum())

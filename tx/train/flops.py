@@ -12,49 +12,135 @@ attention lengths are that stack's own: an encoder-decoder adds encoder (S x S),
 self (L x L) and cross (L x S) attention.
 This is the PaLM / nanoGPT convention: model FLOPs, not hardware FLOPs (remat recompute is
 not counted), and masked attention positions are counted as computed.
+
+What a parameter is comes from its logical axis names (which every tx parameter carries for
+the sharding rules), looked up in ROLES, one row per kind of weight, after dropping the
+'layers' axis of scanned stacks. A parameter whose axes have no row is left out with a
+warning: a new kind of weight adds its row here, and tests/train/test_flops.py fails for
+any parameter of any model family or variant that has none.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 import time
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from tx.config.model import ModelConfig
+from tx.models.build import build_model, dummy_inputs
+
+log = logging.getLogger(__name__)
+
+MATMUL = 'matmul'  # multiplies activations: counted once per token per pass
+EXPERT = 'expert'  # an MoE expert weight: counted x top_k / num_experts
+TOKEN_TABLE = 'token_table'  # a gather; flops_per_step counts it only as a tied output head
+EXCLUDED = 'excluded'  # never multiplies activations (gathers, biases, norm scales)
+
+ROLES: dict[tuple[str | None, ...], str] = {
+    ('embed', 'heads', 'kv'): MATMUL,  # attention query
+    ('embed', 'kv_heads', 'kv'): MATMUL,  # attention key, value
+    ('heads', 'kv', 'embed'): MATMUL,  # attention output
+    ('embed', 'mlp'): MATMUL,  # FFN input(s), MLM transform, pooler
+    ('mlp', 'embed'): MATMUL,  # FFN output
+    ('embed', 'vocab'): MATMUL,  # untied LM / MLM output projection
+    ('mlp', None): MATMUL,  # classifier
+    ('embed', 'expert'): MATMUL,  # MoE router
+    ('expert', 'embed', 'mlp'): EXPERT,  # expert input(s)
+    ('expert', 'mlp', 'embed'): EXPERT,  # expert output
+    ('vocab', 'embed'): TOKEN_TABLE,
+    ('length', 'embed'): EXCLUDED,  # learned position table
+    (None, 'embed'): EXCLUDED,  # token-type table
+    (None, 'heads'): EXCLUDED,  # T5 relative-position buckets
+    ('embed',): EXCLUDED,  # norm scales and biases; output-projection biases
+    ('mlp',): EXCLUDED,  # FFN / pooler / transform biases
+    ('heads', 'kv'): EXCLUDED,  # query bias
+    ('kv_heads', 'kv'): EXCLUDED,  # key, value biases
+    ('vocab',): EXCLUDED,  # MLM output bias
+    (None,): EXCLUDED,  # classifier bias
+    ('expert', 'mlp'): EXCLUDED,  # expert input biases
+    ('expert', 'embed'): EXCLUDED,  # expert output bias
+}
+_SCAN_AXIS = 'layers'  # tx/models/stack.py stacks scanned layers on it
 
 
-_MOE_WEIGHTS = ('wi', 'wi_0', 'wi_1', 'wo')
+def param_roles(cfg: ModelConfig, params=None) -> dict[str, tuple[str | None, tuple | None]]:
+  """{'decoder/stack/layer_0/ffn/wi/kernel': (role, logical axes), ...} for every parameter.
 
-
-def _matmul_params(params, moe_fraction: float = 1.0) -> dict[str, float]:
-  """Matmul parameter counts per top-level tower ('encoder', 'decoder', heads, embeddings).
-
-  Only weights that multiply activations count: `kernel`s, token `embedding` tables and
-  MoE expert weights (x top_k / num_experts: each token visits top_k experts). Biases and
-  norm scales never count, also when scanned layers stack them into 2-D arrays.
+  role: MATMUL, EXPERT, TOKEN_TABLE, EXCLUDED, or None where ROLES has no row for the axes
+  (axes None: the parameter has no logical names). params: boxed (names read from them)
+  or plain arrays (names from `cfg`'s model, traced abstractly); None: `cfg`'s own.
   """
+  if params is None:
+    params = _boxed_abstract_params(cfg)
+  traced = {} if _is_boxed(params) else _axes_by_path(cfg)
+  roles = {}
+  for path, leaf in jax.tree_util.tree_leaves_with_path(params, is_leaf=_is_box):
+    name = _path_name(path)
+    axes = tuple(leaf.names) if _is_box(leaf) else traced.get(name)
+    key = None if axes is None else tuple(a for a in axes if a != _SCAN_AXIS)
+    roles[name] = (ROLES.get(key), axes)
+  return roles
+
+
+def _matmul_params(cfg: ModelConfig, params, moe_fraction: float = 1.0) -> dict[str, float]:
+  """Parameter counts per top-level tower ('encoder', 'decoder', heads, embeddings) of the
+  MATMUL weights, EXPERT weights (x moe_fraction: each token visits top_k experts) and
+  token tables (flops_per_step counts those only as a tied output projection)."""
+  roles = param_roles(cfg, params)
+  unknown = sorted(f'{name} {axes}' for name, (role, axes) in roles.items() if role is None)
+  if unknown:
+    log.warning('FLOPs per step leave out %d parameter(s) whose logical axes tx/train/flops.py '
+                'does not know (add them to ROLES): %s', len(unknown), ', '.join(unknown))
+  weight = {MATMUL: 1.0, TOKEN_TABLE: 1.0, EXPERT: moe_fraction}
   counts: dict[str, float] = {}
-  for path, leaf in jax.tree_util.tree_leaves_with_path(params):
-    keys = [getattr(k, 'key', str(k)) for k in path]
-    name = keys[-1]
-    if name == 'kernel' or (name == 'embedding' and 'position_embedding' not in keys):
-      size = float(leaf.size)
-    elif name in _MOE_WEIGHTS and len(keys) > 1 and keys[-2] == 'moe':
-      size = leaf.size * moe_fraction
-    else:
-      continue
-    counts[keys[0]] = counts.get(keys[0], 0) + size
+  for path, leaf in jax.tree_util.tree_leaves_with_path(nn.unbox(params)):
+    name = _path_name(path)
+    role = roles[name][0]
+    if role in weight:
+      top = name.split('/', 1)[0]
+      counts[top] = counts.get(top, 0) + leaf.size * weight[role]
   return counts
+
+
+def _path_name(path) -> str:
+  return '/'.join(str(getattr(k, 'key', k)) for k in path)
+
+
+def _is_box(x) -> bool:
+  return isinstance(x, nn.Partitioned)
+
+
+def _is_boxed(params) -> bool:
+  return any(_is_box(x) for x in jax.tree_util.tree_leaves(params, is_leaf=_is_box))
+
+
+def _boxed_abstract_params(cfg: ModelConfig):
+  cfg = cfg.replace(attention_impl='xla')  # names and shapes only: no cuDNN, no backend query
+  return jax.eval_shape(
+      lambda: build_model(cfg).init(jax.random.key(0), *dummy_inputs(cfg))['params'])
+
+
+@functools.lru_cache(maxsize=16)
+def _axes_by_path(cfg: ModelConfig) -> dict[str, tuple]:
+  flat = jax.tree_util.tree_leaves_with_path(_boxed_abstract_params(cfg), is_leaf=_is_box)
+  return {_path_name(path): tuple(leaf.names) for path, leaf in flat if _is_box(leaf)}
 
 
 def flops_per_step(cfg: ModelConfig, params, *, batch: int, length: int,
                    target_length: int | None = None) -> float:
-  """Training FLOPs of one step of `batch` rows (length = source / only sequence length)."""
+  """Training FLOPs of one step of `batch` rows (length = source / only sequence length).
+
+  params: `cfg`'s parameters, boxed with their logical names or plain (arrays or
+  ShapeDtypeStructs; the names are then traced from `cfg`, once per config).
+  """
   moe = cfg.moe
-  counts = _matmul_params(params, moe.top_k / moe.num_experts if moe.num_experts else 1.0)
+  counts = _matmul_params(cfg, params,
+                          moe.top_k / moe.num_experts if moe.num_experts else 1.0)
   attn = cfg.num_heads * cfg.resolved_head_dim
   # A token table is a gather; it multiplies activations only as a tied output projection.
   embed = counts.get('embed', 0) if cfg.tie_embeddings else 0

@@ -5,7 +5,8 @@ from __future__ import annotations
 import itertools
 
 import jax
-from jax._src import distributed  # the coordination-service client (no public handle yet)
+
+from tx import compat
 
 DEFAULT_TIMEOUT_S = 30 * 60
 _calls = itertools.count()  # barrier ids must not repeat; every process counts alike
@@ -21,7 +22,6 @@ def wait_for_all(name: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
   """
   if jax.process_count() == 1:
     return
-  client = distributed.global_state.client
-  if client is None:  # multi-process without jax.distributed (e.g. a TPU pod slice runtime)
+  if not compat.has_coordination_client():  # multi-process without jax.distributed (a TPU pod)
     return
-  client.wait_at_barrier(f'tx:{next(_calls)}:{name}', timeout_in_ms=int(timeout_s * 1000))
+  compat.wait_at_barrier(f'tx:{next(_calls)}:{name}', timeout_s)

@@ -6,13 +6,14 @@ from __future__ import annotations
 import json
 import logging
 import os
-import sys
 import time
 from pathlib import Path
 
 import jax
 
+from tx.compat import without_torch
 from tx.config.base import ConfigError, from_dict, to_dict
+from tx.config.experiment import ExperimentConfig
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +63,6 @@ def check_workdir(workdir: str | Path, experiment: str) -> Path:
 def load_run_config(workdir: str | Path):
   """The ExperimentConfig a run directory was trained with (a relative data.tokenizer_path
   is relative to the run directory: see `config_dict`)."""
-  from tx.config.experiment import ExperimentConfig  # pylint: disable=g-import-not-at-top
   path = Path(workdir) / CONFIG
   if not path.exists():
     raise ConfigError(f'--workdir: {path} not found; point --workdir at a directory made by '
@@ -132,18 +132,13 @@ def _tensorboard_writer():
   tensors; tx logs floats, so torch is hidden from that import: seconds less per run, and a
   broken torch install cannot stop training.
   """
-  hide_torch = 'torch' not in sys.modules
-  if hide_torch:
-    sys.modules['torch'] = None  # makes `import torch` raise ImportError
   try:
-    from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
+    with without_torch():
+      from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top  (heavy: kept off start-up)
     return SummaryWriter
   except Exception as e:  # pylint: disable=broad-except
     log.warning('TensorBoard events are off: tensorboardX failed to import (%s)', e)
     return None
-  finally:
-    if hide_torch:
-      del sys.modules['torch']
 
 
 def _plain(v):

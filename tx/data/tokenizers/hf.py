@@ -67,7 +67,7 @@ _BYTE_PIECE = re.compile(r'^<0x([0-9A-Fa-f]{2})>$')
 def _library():
   """The `tokenizers` module, or a one-line DataError saying how to install it."""
   try:
-    import tokenizers  # pylint: disable=g-import-not-at-top
+    import tokenizers  # pylint: disable=g-import-not-at-top  (optional (the interop extra))
   except ImportError:
     raise DataError(f'data.tokenizer=hf needs the `tokenizers` package; install it with '
                     f'{INSTALL}') from None
