@@ -274,26 +274,30 @@ def test_compare_reads_a_real_sweep(swept, capsys):
   assert (workdir / 'eval_loss_vs_step.png').read_bytes()[:4] == b'\x89PNG'
 
 
-def test_diverged_run_is_recorded_and_the_sweep_goes_on(env, tmp_path, monkeypatch, capsys):
+def test_diverged_run_is_a_data_point_and_the_sweep_goes_on(env, tmp_path, monkeypatch, capsys):
   from tx.train import loop
 
   def fake_train(cfg, rundir, **kw):
-    if cfg.model.ffn == 'relu':
-      raise loop.NonFiniteError('step 2: non-finite loss (nan)')
     rundir.mkdir(parents=True)
-    summary = {'experiment': BASE, 'params': 1, 'steps': 3, 'wall_time_s': 1.0,
-               'eval': {'loss': 1.0}}
-    (rundir / 'summary.json').write_text(json.dumps(summary))
+    diverged = cfg.model.ffn == 'relu'
+    summary = {'experiment': BASE, 'params': 1, 'steps': 2 if diverged else 3,
+               'wall_time_s': 1.0, 'status': 'diverged' if diverged else 'done',
+               'diverged_at': 2 if diverged else None, 'init_loss': 3.6,
+               'eval': {} if diverged else {'loss': 1.0}}
+    (rundir / 'summary.json').write_text(json.dumps(summary))  # as the loop writes it
+    if diverged:
+      raise loop.NonFiniteError('step 2: non-finite loss (nan)')
     return type('Result', (), {'summary': summary})
 
   monkeypatch.setattr(loop, 'train', fake_train)
   workdir = tmp_path / 'w'
-  assert main(['sweep', SWEEP, '--workdir', str(workdir)]) == 1
-  assert '1 trained, 0 already done, 1 failed' in capsys.readouterr().out
+  assert main(['sweep', SWEEP, '--workdir', str(workdir)]) == 0
+  assert '1 trained, 1 diverged, 0 already done' in capsys.readouterr().out
   runs = json.loads((workdir / 'sweep.json').read_text())['runs']
-  assert runs[0]['error'] == 'step 2: non-finite loss (nan)' and 'error' not in runs[1]
+  assert runs[0]['status'] == 'diverged at step 2' and 'status' not in runs[1]
+  assert main(['sweep', SWEEP, '--workdir', str(workdir)]) == 0  # counted as done
+  assert '0 trained, 0 diverged, 2 already done' in capsys.readouterr().out
   assert main(['compare', str(workdir)]) == 0
-  assert '| `ffn=relu` | 0/1 (1 failed) |' in capsys.readouterr().out
 
 
 def test_registered_sweeps_validate(env, tmp_path):

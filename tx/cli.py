@@ -6,10 +6,11 @@
     tx eval --workdir DIR [--split NAME] [--step N] [--extrapolation 1,2,4] [--bleu-batches N]
     tx generate --workdir DIR (--prompt TEXT | --input FILE) [--output FILE] [--set decode.*=...]
     tx sweep SWEEP --workdir DIR [--seeds N] [--only PATTERN] [--dry-run | --commands] [--set ...]
-    tx compare DIR... [--metric NAME] [--baseline VARIANT] [--out DIR]
+    tx compare DIR... [--metric NAME] [--baseline VARIANT] [--out DIR] [--x KEY] [--curves KEY ...]
     tx convert --hf DIR --workdir OUT [--experiment NAME] [--set key=value ...]
     tx bench [--only PATTERN ...] [--quick] [--no-peers] [--threads N] [--json FILE]
     tx plan EXPERIMENT --mesh data=D,fsdp=F,tensor=T [--set ...] [--device-memory 80GB] [--json FILE]
+    tx mup-check EXPERIMENT [--widths 64,128,256,512] [--steps 10] [--set ...] [--out DIR]
 
 Errors a user can cause (an unknown experiment or key, a bad value, a missing file, a
 workdir holding another run) exit with status 2 and one line naming the cause and the
@@ -25,6 +26,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from tx import compat
 from tx.errors import UserError  # noqa: F401  (also tx.cli.UserError, as before)
 
 # Each command imports what it needs when it runs (the imports inside the cmd_* functions):
@@ -90,7 +92,22 @@ def _parser() -> argparse.ArgumentParser:
                  help='overrides (data.*, optim.*, train.*, decode.*, model.dropout, ...)')
   _bench_parser(sub)
   _plan_parser(sub)
+  _mup_check_parser(sub)
   return p
+
+
+def _mup_check_parser(sub) -> None:
+  m = sub.add_parser('mup-check', help="μP coordinate check: activation RMS against width over "
+                                       "a few training steps, mup vs standard")
+  m.add_argument('experiment')
+  m.add_argument('--widths', default='64,128,256,512', metavar='W,W,...',
+                 help='d_model values (d_ff scales with them, heads fixed)')
+  m.add_argument('--steps', type=int, default=10, help='training steps per width')
+  m.add_argument('--parametrization', default='both', choices=('both', 'mup', 'standard'))
+  m.add_argument('--set', nargs='+', action='extend', default=[], metavar='KEY=VALUE',
+                 help='overrides, e.g. --set optim.learning_rate=1e-2 model.mup_base_width=64')
+  m.add_argument('--out', default=None, metavar='DIR',
+                 help='where coord_check.png/.json go (default runs/mup_check/EXPERIMENT)')
 
 
 def _bench_parser(sub) -> None:
@@ -137,6 +154,13 @@ def _sweep_parsers(sub) -> None:
                  help='summary metric, e.g. eval.bits_per_byte, eval.extrapolation.256')
   c.add_argument('--baseline', default=None, help='variant the others are compared with')
   c.add_argument('--out', default=None, help='where compare.md/.csv and plots go')
+  c.add_argument('--x', default=None, metavar='KEY',
+                 help='plot the metric against this swept numeric config key, e.g. '
+                      'optim.learning_rate: one curve per value of the other keys, best x, '
+                      'LR sensitivity and basin width per curve (lr_curves.md/.csv)')
+  c.add_argument('--curves', nargs='+', action='extend', default=None, metavar='KEY',
+                 help='also plot these metrics.jsonl columns against step, e.g. loss '
+                      'grad_norm diag/attn_logit_max (curve_<KEY>.png each)')
 
 
 def cmd_list(args) -> int:
@@ -215,6 +239,12 @@ def cmd_plan(args) -> int:
   return cli(args, registry.get)
 
 
+def cmd_mup_check(args) -> int:
+  from tx import registry  # pylint: disable=g-import-not-at-top
+  from tx.runs.mup_check import cli  # pylint: disable=g-import-not-at-top
+  return cli(args, registry.get)
+
+
 def cmd_convert(args) -> int:
   from tx.interop.convert import cli  # pylint: disable=g-import-not-at-top
   return cli(args)
@@ -225,8 +255,8 @@ def _parse(argv):
   parser = _parser()
   args, extra = parser.parse_known_args(argv)
   if extra:
-    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))  # pylint: disable=protected-access
-    commands.choices[args.command].error(f'unrecognized arguments: {" ".join(extra)}')
+    compat.subcommand_parser(parser, args.command).error(
+        f'unrecognized arguments: {" ".join(extra)}')
   return args
 
 
@@ -242,7 +272,7 @@ def main(argv=None) -> int:
   errors += (DataError, CheckpointError)
   commands = {'list': cmd_list, 'train': cmd_train, 'eval': cmd_eval, 'generate': cmd_generate,
               'sweep': cmd_sweep, 'compare': cmd_compare, 'convert': cmd_convert,
-              'bench': cmd_bench, 'plan': cmd_plan}
+              'bench': cmd_bench, 'plan': cmd_plan, 'mup-check': cmd_mup_check}
   from tx.train.preemption import Preempted  # pylint: disable=g-import-not-at-top
   try:
     return commands[args.command](args)

@@ -32,7 +32,7 @@ from typing import Callable
 
 from tx.config.base import ConfigError, override
 from tx.config.experiment import ExperimentConfig
-from tx.sweep.axes import axis, cases, product, zip_  # noqa: F401  (the sweep language)
+from tx.sweep.axes import axis, cases, lr_grid, product, zip_  # noqa: F401  (the sweep language)
 from tx.sweep.spec import Sweep, make_sweep
 
 

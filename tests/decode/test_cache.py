@@ -24,6 +24,7 @@ CASES = [
     dict(position='alibi'),
     dict(position='t5', num_layers=2, scan_layers=True, num_kv_heads=1),  # scanned, MQA
     dict(position='none'),
+    dict(position='rope', qk_norm='rmsnorm', attention_softcap=2.0),  # cross keys normed too
 ]
 _CHECKS = {}
 

@@ -61,3 +61,17 @@ def test_unexportable_config_names_the_field(tmp_path):
                        num_layers=1, position='alibi')
   with pytest.raises(ConfigError, match='model.position'):
     export_hf(cfg, {}, tmp_path, arch='gpt2')  # the config is checked before the params
+
+
+@pytest.mark.parametrize('knob', [dict(qk_norm='rmsnorm'), dict(attention_softcap=50.0),
+                                  dict(logits_softcap=30.0), dict(parametrization='mup')])
+@pytest.mark.parametrize('arch', ['gpt2', 'llama'])
+def test_stability_knobs_no_layout_holds_are_refused_in_one_line(tmp_path, knob, arch):
+  base = dict(position='learned', norm='layernorm', ffn='gelu') if arch == 'gpt2' else dict(
+      position='rope', norm='rmsnorm', ffn='swiglu', use_bias=False)
+  cfg = tx.ModelConfig(family='decoder', vocab_size=50, d_model=16, num_heads=2, d_ff=32,
+                       num_layers=1, **base, **knob)
+  name = next(iter(knob))
+  with pytest.raises(ConfigError, match=rf'^model\.{name}=.*export needs') as e:
+    export_hf(cfg, {}, tmp_path, arch=arch)
+  assert '\n' not in str(e.value)

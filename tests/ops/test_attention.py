@@ -160,6 +160,36 @@ def test_auto_under_jit_with_low_rank_mask():
   np.testing.assert_allclose(f(q, k, v), _numpy_attention(q, k, v, mask_LS), atol=1e-5)
 
 
+def _auto_with_cudnn_raising(monkeypatch, error):
+  """'auto' on a (pretend) GPU whose cuDNN call raises `error` (None: the real jax call)."""
+  from tx.ops import attention as module
+  monkeypatch.setattr(module, '_wants_cudnn', lambda q: True)
+  if error is not None:
+    def refuse(*args):
+      raise error
+    monkeypatch.setattr(module, '_cudnn_attention', refuse)
+  q, k, v = _qkv(2, 1, seed=8)
+  mask, bias = _mask_and_bias(2)
+  out = dot_product_attention(q, k, v, mask=mask, bias=bias)  # eager: a jit cache would hide it
+  np.testing.assert_allclose(out, _numpy_attention(q, k, v, mask, bias), atol=1e-5)
+
+
+@pytest.mark.parametrize('error', [
+    None,  # on CPU, jax 0.10.2 raises RuntimeError('cuDNN is not detected.')
+    NotImplementedError('The head dim must be <= 128 and a multiple of 8, but got 12.'),
+    ValueError('Q must have a rank of 4, got 3'),
+    RuntimeError('cuDNN is not detected.')])
+def test_auto_falls_back_to_xla_when_cudnn_refuses(monkeypatch, error):
+  _auto_with_cudnn_raising(monkeypatch, error)
+
+
+@pytest.mark.parametrize('error', [TypeError('a bug'), KeyError('a bug'),
+                                   RuntimeError('INTERNAL: an XLA failure'), MemoryError()])
+def test_auto_lets_any_other_cudnn_error_through(monkeypatch, error):
+  with pytest.raises(type(error)):
+    _auto_with_cudnn_raising(monkeypatch, error)
+
+
 def test_user_errors_raise_value_error():
   q, k, v = _qkv(3, 2)
   with pytest.raises(ValueError, match='k_BSKD'):

@@ -1,5 +1,6 @@
 """tx.train.optimizer: schedules against their formulas, the decay mask, decay, clipping."""
 
+import functools
 import math
 
 import flax.linen as nn
@@ -240,3 +241,84 @@ def test_overrides_are_validated_with_optim_keys():
     override(OptimConfig(), {'name': 'lion'})
   with pytest.raises(ConfigError, match='^optim.weight_decay:'):
     override(OptimConfig(), {'name': 'adam', 'weight_decay': 0.1})
+
+
+# --- independent weight decay, muon -----------------------------------------------------
+
+def _model_params(**kw):
+  from tx.config.model import ModelConfig  # the model-shaped tree muon's rule reads
+  from tx.models.build import init_params
+  cfg = ModelConfig(**dict(dict(d_model=32, num_heads=2, d_ff=64, num_layers=1, vocab_size=40,
+                                max_len=16), **kw))
+  return nn.unbox(init_params(cfg, jax.random.key(0)))
+
+
+@pytest.mark.parametrize('name', ['adamw', 'sgd', 'adafactor', 'muon'])
+def test_independent_decay_does_not_depend_on_the_learning_rate(name):
+  """Zero gradients: the only change is the decay, wd * lr(t)/peak * param (peak rate out)."""
+  params = _model_params()
+  zeros = jax.tree_util.tree_map(jnp.zeros_like, params)
+  changes = []
+  for lr in (1e-3, 0.5):
+    cfg = OptimConfig(name=name, learning_rate=lr, weight_decay=0.1, schedule='cosine',
+                      warmup_steps=2, independent_weight_decay=True)
+    opt, _ = make_optimizer(cfg, total_steps=10, d_model=32)
+    state, p = opt.init(params), params
+    for _ in range(3):  # count 0 (lr 0 in warmup), 1 (half), 2 (peak)
+      updates, state = opt.update(zeros, state, p)
+      p = optax.apply_updates(p, updates)
+    changes.append(jax.tree_util.tree_map(jnp.subtract, p, params))
+  jax.tree_util.tree_map(functools.partial(np.testing.assert_allclose, rtol=1e-6, atol=1e-9),
+                         *changes)
+  kernel = params['decoder']['stack']['layer_0']['ffn']['wi']['kernel']
+  moved = changes[0]['decoder']['stack']['layer_0']['ffn']['wi']['kernel']
+  np.testing.assert_allclose(moved, kernel * ((1 - 0.05) * (1 - 0.1) - 1), rtol=1e-5)
+  assert not np.any(changes[0]['embed']['embedding'])  # same mask: embeddings never decay
+
+
+def test_coupled_decay_still_scales_with_the_learning_rate():
+  params = _model_params()
+  zeros = jax.tree_util.tree_map(jnp.zeros_like, params)
+  moved = []
+  for lr in (1e-2, 1e-1):
+    opt, _ = make_optimizer(OptimConfig(learning_rate=lr, weight_decay=0.1, schedule='constant'),
+                            total_steps=10, d_model=32)
+    u, _ = opt.update(zeros, opt.init(params), params)
+    moved.append(u['decoder']['stack']['layer_0']['ffn']['wi']['kernel'])
+  np.testing.assert_allclose(moved[1], 10 * moved[0], rtol=1e-5)
+
+
+def test_independent_decay_with_zero_weight_decay_is_adam_and_a_no_op():
+  cfg = OptimConfig(name='adam', weight_decay=0.0, independent_weight_decay=True)
+  params = _model_params()
+  opt, _ = make_optimizer(cfg, total_steps=10, d_model=32)
+  updates, _ = opt.update(jax.tree_util.tree_map(jnp.zeros_like, params), opt.init(params), params)
+  assert not any(np.any(u) for u in jax.tree_util.tree_leaves(updates))
+  with pytest.raises(ConfigError, match='^optim.weight_decay:'):
+    OptimConfig(name='adam', weight_decay=0.1, independent_weight_decay=True)
+
+
+@pytest.mark.parametrize('scan', [False, True])
+def test_muon_orthogonalises_hidden_kernels_and_adams_the_rest(scan):
+  params = _model_params(scan_layers=scan, tie_embeddings=False)
+  grads = jax.tree_util.tree_map(
+      lambda x: jax.random.normal(jax.random.key(x.size), x.shape), params)
+  opt, _ = make_optimizer(OptimConfig(name='muon', learning_rate=1.0, clip_norm=None),
+                          total_steps=10, d_model=32)
+  updates, _ = opt.update(grads, opt.init(params), params)
+  stack = updates['decoder']['stack']
+  layer = jax.tree_util.tree_map(lambda x: x[0], stack['layers']) if scan else stack['layer_0']
+  for path, as_matrix in [(('ffn', 'wi'), lambda k: k), (('self_attention', 'query'),
+                          lambda k: k.reshape(32, -1)), (('self_attention', 'out'),
+                          lambda k: k.reshape(-1, 32))]:
+    k = as_matrix(layer[path[0]][path[1]]['kernel'])
+    s = np.linalg.svd(np.asarray(k), compute_uv=False)
+    assert s.min() > 0.5 * s.max(), path  # Newton-Schulz: singular values all near one value
+  # Adam on the rest: the first step is -lr * sign(g) (up to eps) on embeddings and biases.
+  for u, g in [(updates['embed']['embedding'], grads['embed']['embedding']),
+               (layer['ffn']['wi']['bias'], (jax.tree_util.tree_map(lambda x: x[0], grads[
+                   'decoder']['stack']['layers']) if scan else grads['decoder']['stack'][
+                       'layer_0'])['ffn']['wi']['bias'])]:
+    np.testing.assert_allclose(u, -np.sign(g), rtol=1e-3)
+  adam_kernel = updates['head']['lm_head']['kernel']  # a 2-D head stays with Adam too
+  np.testing.assert_allclose(adam_kernel, -np.sign(grads["head"]["lm_head"]["kernel"]), rtol=1e-3)

@@ -31,6 +31,7 @@ from tx.config import DataConfig, ModelConfig
 from tx.config.experiment import ExperimentConfig
 from tx.config.optim import OptimConfig
 from tx.config.train import TaskConfig
+from tx.decode.generate import generate_lm, generate_seq2seq
 from tx.models.build import build_model
 from tx.tasks.objectives import make_task
 from tx.train.flops import flops_per_step, matmul_rates
@@ -127,7 +128,8 @@ def _train_step(cfg: ExperimentConfig):
   mesh = make_mesh(cfg.mesh)
   rules = logical_rules(cfg.mesh)
   model = build_model(cfg.model)
-  optimizer, _ = make_optimizer(cfg.optim, total_steps=1000, d_model=cfg.model.d_model)
+  optimizer, _ = make_optimizer(cfg.optim, total_steps=1000, d_model=cfg.model.d_model,
+                                model=cfg.model)
   with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
     abstract, shardings = state_shardings(model, optimizer, cfg.model, mesh, rules)
     step = jit_train_step(make_train_step(model, task, optimizer, dropout=False), shardings,
@@ -203,7 +205,6 @@ def compile_time(spec: dict) -> dict:
 def decode(spec: dict) -> dict:
   """Greedy cached decoding of exactly `new` tokens after a `prompt_len` prompt (decoder) or
   from a `src_len` source (encoder-decoder); best and median of `repeats` timed calls."""
-  from tx.decode.generate import generate_lm, generate_seq2seq  # pylint: disable=g-import-not-at-top
   # scan / remat are training choices: decoding runs the plain stack.
   cfg = model_config(dict(spec, max_len=spec.get('prompt_len', 0) + spec['new'] + 1,
                           scan=False, remat='none'))

@@ -6,19 +6,25 @@
   mean is over the seeds that have it.
 - perplexity vs evaluation length (summary `eval.extrapolation`), log-scale y, one line
   per variant with mean +- std error bars over seeds.
+- `--curves KEY`: any per-step metrics.jsonl column vs step, drawn like the eval curves.
+- `--x KEY`: the summary metric vs a swept config key (tx/compare/lr_report.py), one line
+  per curve (the seed mean of the capped values), min-max shaded, failed runs as x.
 """
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
 
+from tx.compare.lr_curves import Curve
 from tx.compare.runs import Collection, metric_rows
+from tx.config.base import ConfigError
 
 
 def _figure():
-  from matplotlib.figure import Figure  # pylint: disable=g-import-not-at-top
+  from matplotlib.figure import Figure  # pylint: disable=g-import-not-at-top  (heavy: kept off start-up)
   fig = Figure(figsize=(7, 4.5), dpi=110)
   return fig, fig.subplots()
 
@@ -35,7 +41,8 @@ def _eval_series(path: Path, key: str) -> dict[int, tuple[float, float]]:
     return {}
   t0 = min(r.get('time', 0.0) for r in rows)
   return {int(r['step']): (r.get('time', t0) - t0, float(r[key]))
-          for r in rows if isinstance(r.get(key), (int, float)) and 'step' in r}
+          for r in rows if isinstance(r.get(key), (int, float)) and 'step' in r
+          and math.isfinite(r[key])}
 
 
 def curve_key(collection: Collection, metric: str) -> str:
@@ -48,10 +55,8 @@ def curve_key(collection: Collection, metric: str) -> str:
   return 'eval/loss'
 
 
-def curves(collection: Collection, key: str, baseline: str, out: Path) -> list[Path]:
-  """`<key>_vs_step.png` and `<key>_vs_time.png` in `out`; [] when no run logged `key`."""
-  step_fig, step_ax = _figure()
-  time_fig, time_ax = _figure()
+def _draw_variants(collection: Collection, key: str, baseline: str, axes) -> bool:
+  """Mean over seeds of `key` per variant on (ax, 'step' | 'time') pairs; False if none."""
   drawn = False
   for variant in collection.variants:
     series = [s for r in collection.runs if r.variant == variant
@@ -66,12 +71,20 @@ def curves(collection: Collection, key: str, baseline: str, out: Path) -> list[P
     high = np.array([np.max(v) for v in values])
     label = f'{variant} (n={len(series)})'
     style = _style(variant, baseline)
-    for ax, x in ((step_ax, steps), (time_ax, times)):
+    for ax, which in axes:
+      x = steps if which == 'step' else times
       line, = ax.plot(x, mean, marker='.', label=label, **style)
       if len(series) > 1:
         ax.fill_between(x, low, high, color=line.get_color(), alpha=0.2, linewidth=0)
     drawn = True
-  if not drawn:
+  return drawn
+
+
+def curves(collection: Collection, key: str, baseline: str, out: Path) -> list[Path]:
+  """`<key>_vs_step.png` and `<key>_vs_time.png` in `out`; [] when no run logged `key`."""
+  step_fig, step_ax = _figure()
+  time_fig, time_ax = _figure()
+  if not _draw_variants(collection, key, baseline, ((step_ax, 'step'), (time_ax, 'time'))):
     return []
   name = key.replace('/', '_')
   paths = []
@@ -120,7 +133,7 @@ def extrapolation(collection: Collection, baseline: str, out: Path) -> list[Path
     drawn = True
   if not drawn:
     return []
-  from matplotlib.ticker import NullFormatter, ScalarFormatter  # pylint: disable=g-import-not-at-top
+  from matplotlib.ticker import NullFormatter, ScalarFormatter  # pylint: disable=g-import-not-at-top  (heavy: kept off start-up)
   ax.set_yscale('log')
   ax.set_xscale('log', base=2)
   ax.set_xticks(sorted({n for r in collection.runs for n in _extrapolation(r.summary)}))
@@ -135,3 +148,63 @@ def extrapolation(collection: Collection, baseline: str, out: Path) -> list[Path
   path = out / 'extrapolation.png'
   fig.savefig(path)
   return [path]
+
+
+def step_curves(collection: Collection, keys: list[str], baseline: str, out: Path) -> list[Path]:
+  """`curve_<key>.png` per metrics.jsonl column in `keys` (`/` -> `_`) vs step: one line per
+  variant, mean over seeds, min-max shaded. ConfigError for a key no run logged."""
+  logged: set[str] = set()
+  for r in collection.runs:
+    for row in metric_rows(r.dir):
+      logged.update(k for k, v in row.items() if isinstance(v, (int, float))
+                    and not isinstance(v, bool))
+  logged -= {'step', 'time'}
+  missing = [k for k in keys if k not in logged]
+  if missing:
+    raise ConfigError(f'--curves {" ".join(missing)}: no run logged it in metrics.jsonl; '
+                      f'logged: {", ".join(sorted(logged)) or "nothing yet"}')
+  paths = []
+  for key in dict.fromkeys(keys):
+    fig, ax = _figure()
+    _draw_variants(collection, key, baseline, ((ax, 'step'),))
+    ax.set_xlabel('step')
+    ax.set_ylabel(key)
+    ax.set_title(f'{key} vs step: mean over seeds, min-max shaded')
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize='small')
+    fig.tight_layout()
+    path = out / f'curve_{key.replace("/", "_")}.png'
+    fig.savefig(path)
+    paths.append(path)
+  return paths
+
+
+def metric_vs_x(curves_: list[Curve], key: str, metric: str, baseline: str,
+                out: Path) -> Path:
+  """`<metric>_vs_<key>.png`: per curve the seed mean of the capped metric against `key`
+  (log x unless some x <= 0), min-max over seeds shaded, failed runs as x at their cap, the
+  best x circled."""
+  fig, ax = _figure()
+  for c in curves_:
+    style = _style(c.label, baseline)
+    line, = ax.plot(c.xs, c.mean, marker='.', label=f'{c.label} (best {c.best_x:.3g})', **style)
+    color = line.get_color()
+    if max(c.runs) > 1:
+      ax.fill_between(c.xs, c.low, c.high, color=color, alpha=0.2, linewidth=0)
+    failed = [(x, v) for x, v, f in c.points if f]
+    if failed:
+      ax.scatter(*zip(*failed), marker='x', color=color, s=40, zorder=3)
+    ax.scatter([c.best_x], [c.mean[c.xs.index(c.best_x)]], s=90, facecolors='none',
+               edgecolors=color, zorder=3)
+  if all(c.log_x for c in curves_):
+    ax.set_xscale('log')
+  ax.set_xlabel(key + (' (log scale)' if all(c.log_x for c in curves_) else ''))
+  ax.set_ylabel(f'{metric} (capped)')
+  ax.set_title(f'{metric} vs {key}\nmean over seeds, min-max shaded, × = diverged (at its cap)',
+               fontsize='medium')
+  ax.grid(alpha=0.3, which='both')
+  ax.legend(fontsize='small')
+  fig.tight_layout()
+  path = out / f'{metric}_vs_{key}.png'.replace('/', '_')
+  fig.savefig(path)
+  return path

@@ -34,6 +34,7 @@ class RunData:
   variant: str = ''
   seed: int | None = None
   error: str | None = None  # why a sweep run stopped (from sweep.json)
+  status: str | None = None  # sweep.json's run status, e.g. 'diverged at step 120'
 
   @property
   def experiment(self) -> str:
@@ -104,6 +105,7 @@ def _sweep_runs(path: Path) -> tuple[dict, list[RunData]]:
   for e in data.get('runs', []):
     r = load_run(path / e['dir'])
     r.variant, r.seed, r.error = e['variant'], e.get('seed'), e.get('error')
+    r.status = e.get('status')
     runs.append(r)
   return data, runs
 

@@ -72,6 +72,14 @@ class ModelConfig:
   t5_num_buckets: int = 32
   t5_max_distance: int = 128
   scale_attention: bool = True  # False: no 1/sqrt(d_k) (T5)
+  # Stability knobs (Dehghani et al. 2023; Wortsman et al. 2023; Gemma-2):
+  qk_norm: str = choice('none', 'layernorm', 'rmsnorm')  # per-head q, k norm before RoPE
+  attention_softcap: float = 0.0  # c * tanh(score / c) before the softmax; 0 = off
+  logits_softcap: float = 0.0  # c * tanh(logit / c) on the output logits; 0 = off
+  # muP (Yang et al. 2022, Adam): 'mup' scales init, per-group rates, attention (1/d) and
+  # the output by width / mup_base_width; 'standard' is the usual parametrization.
+  parametrization: str = choice('standard', 'mup')
+  mup_base_width: int = 256  # the d_model where muP and standard coincide
 
   norm: str = choice('layernorm', 'rmsnorm')
   norm_position: str = choice('pre', 'post')
@@ -132,6 +140,14 @@ class ModelConfig:
         fail('model.position',
              f'rope needs an even rotary dimension, got {self.rotary_dim} '
              f'(head_dim={self.resolved_head_dim} x rope_fraction={self.rope_fraction})')
+    for name in ('attention_softcap', 'logits_softcap'):
+      if getattr(self, name) < 0:
+        fail(f'model.{name}', f'must be >= 0 (0 = off), got {getattr(self, name)}')
+    if self.mup_base_width <= 0:
+      fail('model.mup_base_width', f'must be > 0, got {self.mup_base_width}')
+    if self.parametrization == 'mup' and self.scale_embeddings:
+      fail('model.scale_embeddings', 'the sqrt(d_model) embedding scale grows with width, '
+           'which muP does not allow; set it False with model.parametrization=mup')
     for name in ('dropout', 'attention_dropout'):
       if not 0 <= getattr(self, name) < 1:
         fail(f'model.{name}', f'must be in [0, 1), got {getattr(self, name)}')
@@ -165,6 +181,11 @@ class ModelConfig:
   @property
   def kv_heads(self) -> int:
     return self.num_kv_heads or self.num_heads
+
+  @property
+  def width_mult(self) -> float:
+    """d_model / mup_base_width under muP; 1.0 under the standard parametrization."""
+    return self.d_model / self.mup_base_width if self.parametrization == 'mup' else 1.0
 
   @property
   def resolved_head_dim(self) -> int:

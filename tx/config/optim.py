@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from tx.config.base import choice, config, fail
 
-OPTIMIZERS = ('adamw', 'adam', 'adafactor', 'sgd')
+OPTIMIZERS = ('adamw', 'adam', 'adafactor', 'sgd', 'muon')
 SCHEDULES = ('constant', 'cosine', 'inverse_sqrt', 'linear')
 
 
@@ -28,7 +28,7 @@ SCHEDULES = ('constant', 'cosine', 'inverse_sqrt', 'linear')
 class OptimConfig:
   """Optimizer and learning-rate schedule of a run (see the module docstring for presets)."""
   PREFIX = 'optim.'
-  name: str = choice(*OPTIMIZERS)
+  name: str = choice(*OPTIMIZERS)  # muon: Muon on hidden kernels, AdamW on the rest
   # Peak LR; for schedule='inverse_sqrt' a multiplier on d_model^-0.5 * min(...) (1.0 = the paper).
   learning_rate: float = 1e-3
   b1: float = 0.9  # adam/adamw first moment; sgd momentum (0 = none); unused by adafactor
@@ -44,6 +44,10 @@ class OptimConfig:
   decay_norms: bool = False  # weight decay on norm scales and biases
   decay_biases: bool = False  # weight decay on bias vectors
   decay_embeddings: bool = False  # weight decay on embedding tables
+  # True: each step decays by weight_decay * param * lr(t) / peak lr, not by lr(t) *
+  # weight_decay * param, so the decay stays fixed while an LR sweep varies the rate
+  # (Wortsman et al. 2023's independent decay).
+  independent_weight_decay: bool = False
 
   def validate(self):
     if self.learning_rate <= 0:

@@ -24,6 +24,9 @@ class TrainConfig:
   sample_tokens: int = 128
   nan_policy: str = choice('stop', 'skip')  # skip = drop the update, up to max_skips times
   max_skips: int = 10
+  # Stability diagnostics (diag/* in metrics.jsonl): attention-logit and output-logit
+  # maxima, log Z, per-group gradient norms and update/parameter RMS ratios.
+  diagnostics: bool = True
 
   def validate(self):
     for name in ('steps', 'batch_size', 'log_every', 'checkpoint_every', 'keep_checkpoints',

@@ -59,7 +59,7 @@ from tx.interop.load import load_hf
 from tx.interop.slow_tokenizer import convert_slow_tokenizer, slow_files
 from tx.train import run_dir
 from tx.train.checkpoint import Checkpointer
-from tx.train.optimizer import make_optimizer
+from tx.train.optimizer import run_optimizer
 from tx.train.state import TrainState
 
 # model.* keys that change how a network runs, not its parameters: kept from the base
@@ -151,8 +151,7 @@ def _write_run(hf_dir, workdir, model_cfg, params, experiment, overrides, tokeni
   if ckpt_dir.exists() and any(ckpt_dir.iterdir()):
     raise ConfigError(f'--workdir: {ckpt_dir} already holds checkpoints; convert into a fresh '
                       'directory')
-  optimizer, _ = make_optimizer(cfg.optim, total_steps=cfg.train.steps,
-                                d_model=cfg.model.d_model)
+  optimizer, _ = run_optimizer(cfg)
   _, train_rng = jax.random.split(jax.random.key(cfg.train.seed))  # as tx.train.state does
   state = TrainState(step=jnp.zeros((), jnp.int32), params=params,
                      opt_state=optimizer.init(params), rng=jax.random.key_data(train_rng),

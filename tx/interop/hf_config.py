@@ -67,9 +67,14 @@ class HFConfig:
     return float(params.get('rope_theta') or self.get('rope_theta', default=10000.0))
 
 
+# Knobs no exported layout (GPT-2, LLaMA) has a place for: their tx defaults.
+NOT_EXPORTABLE = dict(qk_norm='none', attention_softcap=0.0, logits_softcap=0.0,
+                      parametrization='standard')
+
+
 def check_fields(cfg, wanted: dict, arch: str) -> None:
   """ConfigError naming the first `model.*` field of `cfg` that `arch` cannot express."""
-  for name, value in wanted.items():
+  for name, value in {**wanted, **NOT_EXPORTABLE}.items():
     if getattr(cfg, name) != value:
       raise ConfigError(f'model.{name}={getattr(cfg, name)!r}: {arch} export needs {value!r}')
   if cfg.is_moe or not cfg.use_final_norm:

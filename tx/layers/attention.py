@@ -10,6 +10,7 @@ from jax.ad_checkpoint import checkpoint_name
 from tx import ops
 from tx.config.base import choice, config, fail
 from tx.layers.common import DenseGeneral, constrain
+from tx.layers.norm import Norm, NormConfig
 
 
 @config
@@ -21,6 +22,10 @@ class AttentionConfig:
   use_bias: bool = True
   dropout: float = 0.0  # on the attention weights
   scale: bool = True  # False: no 1/sqrt(d_k) (T5 folds it into the init)
+  scale_multiplier: float = 1.0  # times the score scale (muP: sqrt(base head_dim / head_dim))
+  qk_norm: str = choice('none', 'layernorm', 'rmsnorm')  # per-head q and k, before RoPE
+  qk_norm_eps: float = 1e-6
+  softcap: float = 0.0  # c * tanh(score / c) before the softmax; 0 = off
   rope: bool = False
   rope_theta: float = 10000.0
   rope_fraction: float = 1.0
@@ -47,6 +52,11 @@ class AttentionConfig:
   def dim(self) -> int:
     return self.head_dim or self.d_model // self.num_heads
 
+  @property
+  def score_scale(self) -> float:
+    """The factor on q·kᵀ: 1/sqrt(head_dim) (or 1 when scale=False) x scale_multiplier."""
+    return (self.dim ** -0.5 if self.scale else 1.0) * self.scale_multiplier
+
 
 class MultiHeadAttention(nn.Module):
   """Attention of queries from `x` over keys/values from `kv` (= x for self-attention).
@@ -72,6 +82,18 @@ class MultiHeadAttention(nn.Module):
     return DenseGeneral((heads, cfg.dim), axes, use_bias=cfg.use_bias, dtype=cfg.dtype,
                         param_dtype=cfg.param_dtype, name=name)(x)
 
+  def _keys(self, kv_BSD):
+    """Keys [B, S, K, D] of kv: projected, then normalised per head under qk_norm."""
+    k_BSKD = self._proj(kv_BSD, self.cfg.kv_heads, 'key', ('embed', 'kv_heads', 'kv'))
+    return self._qk_norm('key_norm', k_BSKD) if self.cfg.qk_norm != 'none' else k_BSKD
+
+  def _qk_norm(self, name, x_BLHD):
+    """Per-head LayerNorm / RMSNorm over head_dim with a learned scale (no bias), before
+    RoPE and the dot product (Dehghani et al. 2023; Wortsman et al. 2023)."""
+    cfg = self.cfg
+    return Norm(NormConfig(kind=cfg.qk_norm, eps=cfg.qk_norm_eps, use_bias=False, axis='kv',
+                           dtype=cfg.dtype, param_dtype=cfg.param_dtype), name=name)(x_BLHD)
+
   @nn.compact
   def __call__(self, x_BLD, kv_BSD=None, *, mask=None, bias=None, q_pos_BL=None, k_pos_BS=None,
                cache_index=None, deterministic: bool = True, return_weights: bool = False):
@@ -84,9 +106,11 @@ class MultiHeadAttention(nn.Module):
       if kv_BSD is None and not is_self:
         raise ValueError('cross-attention needs kv (the encoder output) unless decode=True')
       kv_BSD = x_BLD if is_self else kv_BSD
-      k_BSKD = self._proj(kv_BSD, cfg.kv_heads, 'key', ('embed', 'kv_heads', 'kv'))
+      k_BSKD = self._keys(kv_BSD)
       v_BSKD = self._proj(kv_BSD, cfg.kv_heads, 'value', ('embed', 'kv_heads', 'kv'))
     q_BLHD = constrain(q_BLHD, ('batch', 'length', 'heads', 'kv'))
+    if cfg.qk_norm != 'none':
+      q_BLHD = self._qk_norm('query_norm', q_BLHD)
 
     if cfg.rope:
       q_BLHD = ops.apply_rope(q_BLHD, q_pos_BL, cfg.rope_theta, cfg.rope_fraction)
@@ -95,6 +119,9 @@ class MultiHeadAttention(nn.Module):
 
     if self.decode and is_self:
       k_BSKD, v_BSKD = self._update_cache(k_BSKD, v_BSKD, cache_index)
+    if self.is_mutable_collection('diagnostics'):  # training with train.diagnostics on
+      self.sow('diagnostics', 'attn_logit_max',
+               ops.max_attention_logit(q_BLHD, k_BSKD, cfg.score_scale))
 
     dropout_rng = None
     if cfg.dropout > 0 and not deterministic:
@@ -104,7 +131,7 @@ class MultiHeadAttention(nn.Module):
       blocks = _causal_blocks(cfg.causal_blocks, q_BLHD.shape[1])
     result = ops.dot_product_attention(
         q_BLHD, k_BSKD, v_BSKD, mask=mask, bias=bias,
-        scale=None if cfg.scale else 1.0, implementation=cfg.implementation,
+        scale=cfg.score_scale, softcap=cfg.softcap, implementation=cfg.implementation,
         return_weights=return_weights, dropout_rate=cfg.dropout if dropout_rng is not None else 0.0,
         dropout_rng=dropout_rng, causal_blocks=blocks)
     if return_weights:
@@ -145,7 +172,7 @@ class MultiHeadAttention(nn.Module):
                          'decode call; later calls may pass None to reuse its keys/values')
       return (_heads_first(self.get_variable('cache', 'cross_key')),
               _heads_first(self.get_variable('cache', 'cross_value')))
-    k_BSKD = self._proj(kv_BSD, cfg.kv_heads, 'key', ('embed', 'kv_heads', 'kv'))
+    k_BSKD = self._keys(kv_BSD)
     v_BSKD = self._proj(kv_BSD, cfg.kv_heads, 'value', ('embed', 'kv_heads', 'kv'))
     initialized = self.has_variable('cache', 'cross_key')
     shape_BKSD = _heads_first(k_BSKD).shape

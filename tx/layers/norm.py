@@ -15,6 +15,7 @@ class NormConfig:
   kind: str = choice('layernorm', 'rmsnorm')
   eps: float = 1e-6
   use_bias: bool = True  # LayerNorm only; RMSNorm has neither mean nor bias (T5, LLaMA)
+  axis: str = 'embed'  # logical axis of scale / bias ('kv' for per-head q/k norms)
   dtype: str = 'float32'
   param_dtype: str = 'float32'
 
@@ -37,11 +38,11 @@ class Norm(nn.Module):
       x32 = x32 - jnp.mean(x32, axis=-1, keepdims=True)
     var = jnp.mean(jnp.square(x32), axis=-1, keepdims=True)
     y = x32 * jax.lax.rsqrt(var + cfg.eps)
-    scale = self.param('scale', partitioned(nn.initializers.ones, ('embed',)), (d,),
+    scale = self.param('scale', partitioned(nn.initializers.ones, (cfg.axis,)), (d,),
                        dtype(cfg.param_dtype))
     y = y * scale.astype(jnp.float32)
     if cfg.kind == 'layernorm' and cfg.use_bias:
-      bias = self.param('bias', partitioned(nn.initializers.zeros, ('embed',)), (d,),
+      bias = self.param('bias', partitioned(nn.initializers.zeros, (cfg.axis,)), (d,),
                         dtype(cfg.param_dtype))
       y = y + bias.astype(jnp.float32)
     return y.astype(dtype(cfg.dtype))

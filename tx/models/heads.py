@@ -12,6 +12,20 @@ from tx.layers.norm import Norm
 from tx.models.layer_configs import norm_config
 
 
+def output_multiplier(cfg: ModelConfig) -> float:
+  """What the final hidden state is multiplied by before the vocabulary projection:
+  logits_scale, over μP's width multiplier (1/width_mult; 1 under the standard
+  parametrization and at the μP base width)."""
+  return cfg.logits_scale / cfg.width_mult
+
+
+def softcap_logits(logits, cap: float):
+  """cap · tanh(logits / cap), bounded by ±cap (Gemma 2); cap 0 = unchanged."""
+  if not cap:
+    return logits
+  return cap * jnp.tanh(logits / cap)
+
+
 def _dense(cfg: ModelConfig, features, axes, name, use_bias=True):
   return dense_layer(features, axes, use_bias=use_bias, dtype=cfg.dtype,
                      param_dtype=cfg.param_dtype, name=name)
@@ -22,6 +36,8 @@ class LMHead(nn.Module):
 
   Tied: (hidden · logits_scale) · Eᵀ with the token table (the 2017 paper shares it with
   the embeddings; T5 scales by d_model^-0.5). Untied: a separate bias-free projection.
+  Under μP the hidden state is also divided by width_mult (`output_multiplier`); then
+  `model.logits_softcap` bounds the float32 logits.
   """
   cfg: ModelConfig
   embed: Embed | None = None
@@ -29,19 +45,22 @@ class LMHead(nn.Module):
   @nn.compact
   def __call__(self, x_BLD):
     cfg = self.cfg
-    if cfg.logits_scale != 1.0:
-      x_BLD = x_BLD * jnp.asarray(cfg.logits_scale, x_BLD.dtype)
+    scale = output_multiplier(cfg)
+    if scale != 1.0:
+      x_BLD = x_BLD * jnp.asarray(scale, x_BLD.dtype)
     if cfg.tie_embeddings:
       logits = self.embed.attend(x_BLD)
     else:
       logits = _dense(cfg, cfg.vocab_size, ('embed', 'vocab'), 'lm_head', use_bias=False)(x_BLD)
-    return constrain(logits.astype(jnp.float32), ('batch', 'length', 'vocab'))
+    logits = softcap_logits(logits.astype(jnp.float32), cfg.logits_softcap)
+    return constrain(logits, ('batch', 'length', 'vocab'))
 
 
 class MLMHead(nn.Module):
   """BERT's masked-LM head: dense + activation + norm, tied projection, separate bias.
 
-  hidden [B, L, D] -> float32 logits [B, L, V].
+  hidden [B, L, D] -> float32 logits [B, L, V]. μP's 1/width_mult multiplies the
+  transformed state before the projection (not the bias); `model.logits_softcap` applies last.
   """
   cfg: ModelConfig
   embed: Embed | None = None
@@ -51,13 +70,16 @@ class MLMHead(nn.Module):
     cfg = self.cfg
     h = _dense(cfg, cfg.d_model, ('embed', 'mlp'), 'transform')(x_BLD)
     h = Norm(norm_config(cfg), name='transform_norm')(ACTIVATIONS[cfg.mlm_activation](h))
+    if cfg.width_mult != 1.0:
+      h = h * jnp.asarray(1.0 / cfg.width_mult, h.dtype)
     if cfg.tie_embeddings:
       logits = self.embed.attend(h)
     else:
       logits = _dense(cfg, cfg.vocab_size, ('embed', 'vocab'), 'decoder', use_bias=False)(h)
     bias = self.param('bias', partitioned(nn.initializers.zeros, ('vocab',)), (cfg.vocab_size,),
                       dtype(cfg.param_dtype))
-    return (logits + bias.astype(logits.dtype)).astype(jnp.float32)
+    logits = (logits + bias.astype(logits.dtype)).astype(jnp.float32)
+    return softcap_logits(logits, cfg.logits_softcap)
 
 
 class ClassifierHead(nn.Module):

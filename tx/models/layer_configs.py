@@ -33,11 +33,21 @@ def attention_config(cfg: ModelConfig, *, cross: bool = False,
   return AttentionConfig(
       d_model=cfg.d_model, num_heads=cfg.num_heads, num_kv_heads=cfg.num_kv_heads,
       head_dim=cfg.head_dim, use_bias=cfg.use_bias, dropout=cfg.attention_dropout,
-      scale=cfg.scale_attention, rope=cfg.position_kind == ROTARY and not cross,
+      scale=cfg.scale_attention, qk_norm=cfg.qk_norm, qk_norm_eps=cfg.norm_eps,
+      softcap=cfg.attention_softcap, rope=cfg.position_kind == ROTARY and not cross,
       rope_theta=cfg.rope_theta, rope_fraction=cfg.rope_fraction,
-      implementation=cfg.attention_impl,
+      implementation=cfg.attention_impl, scale_multiplier=mup_attention_multiplier(cfg),
       causal_blocks=cfg.attention_causal_blocks if causal else 1, dtype=cfg.dtype,
       param_dtype=cfg.param_dtype)
+
+
+def mup_attention_multiplier(cfg: ModelConfig) -> float:
+  """μP's 1/head_dim score scale matched at the base width: sqrt(base head_dim / head_dim),
+  base head_dim = head_dim at d_model = mup_base_width, same heads (1 under standard)."""
+  if cfg.parametrization != 'mup':
+    return 1.0
+  base = cfg.head_dim or cfg.mup_base_width / cfg.num_heads
+  return (base / cfg.resolved_head_dim) ** 0.5
 
 
 def ffn_config(cfg: ModelConfig) -> FFNConfig:
@@ -72,8 +82,10 @@ def block_configs(cfg: ModelConfig, num_layers: int, *, cross: bool = False,
 
 
 def embed_config(cfg: ModelConfig, vocab_size: int) -> EmbedConfig:
+  # μP: the table's init std stays at the base width's (constant in width).
+  std = cfg.mup_base_width ** -0.5 if cfg.parametrization == 'mup' else None
   return EmbedConfig(vocab_size=vocab_size, d_model=cfg.d_model,
-                     scale_by_sqrt_dim=cfg.scale_embeddings, dtype=cfg.dtype,
+                     scale_by_sqrt_dim=cfg.scale_embeddings, init_stddev=std, dtype=cfg.dtype,
                      param_dtype=cfg.param_dtype)
 
 

@@ -14,7 +14,7 @@ REMAT_POLICIES = {
     'dots_no_batch': jax.checkpoint_policies.checkpoint_dots_with_no_batch_dims,
     'attention': jax.checkpoint_policies.save_only_these_names('attention_out'),
 }
-SCANNED_COLLECTIONS = ('params', 'cache', 'intermediates', 'losses', 'metrics')
+SCANNED_COLLECTIONS = ('params', 'cache', 'intermediates', 'losses', 'metrics', 'diagnostics')
 
 
 class Stack(nn.Module):

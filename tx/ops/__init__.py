@@ -4,6 +4,7 @@ No Flax here: any JAX project can `from tx.ops import dot_product_attention`.
 """
 
 from tx.ops.attention import dot_product_attention
+from tx.ops.attention_stats import max_attention_logit
 from tx.ops.matmul import dense, dense_dot_general
 from tx.ops.losses import softmax_cross_entropy, token_accuracy, weighted_mean
 from tx.ops.masks import (

@@ -17,8 +17,7 @@ row whose mask is all False (jax.nn alone would return the mean of v there).
 Causal self-attention can skip the masked upper triangle: `causal_blocks=n` splits
 the queries into n blocks and attends each over the keys up to its last query only
 (the XLA path; the caller promises the mask is causal). At n blocks this computes
-(n + 1) / 2n of the L x S scores: 4 blocks of 64 queries made a 6-layer, context-256
-training step 12-19 % faster on a 2-core CPU (benchmarks/NOTES.md).
+(n + 1) / 2n of the L x S scores (measurements: benchmarks/NOTES.md).
 """
 
 from __future__ import annotations
@@ -27,6 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from tx import compat
 from tx.ops.xla_attention import masked_logits, weighted_values, xla_attention
 
 _IMPLEMENTATIONS = ('auto', 'xla', 'einsum', 'cudnn')
@@ -36,8 +36,9 @@ _MASK_VALUE = -0.7 * float(np.finfo(np.float32).max)
 
 def dot_product_attention(q_BLHD, k_BSKD, v_BSKD, *, mask=None, bias=None, scale=None,
                           implementation='auto', return_weights=False,
-                          dropout_rate=0.0, dropout_rng=None, causal_blocks: int = 1):
-  """softmax(q·kᵀ·scale + bias) masked, times v.
+                          dropout_rate=0.0, dropout_rng=None, causal_blocks: int = 1,
+                          softcap: float = 0.0):
+  """softmax(cap(q·kᵀ·scale) + bias) masked, times v.
 
   q [B, L, H, D]; k, v [B, S, K, D] with H % K == 0 (K < H = grouped-query /
   multi-query: each group of H//K query heads shares one kv head).
@@ -48,13 +49,17 @@ def dot_product_attention(q_BLHD, k_BSKD, v_BSKD, *, mask=None, bias=None, scale
     hand-written backward (tx/ops/xla_attention.py); 'cudnn':
     jax.nn.dot_product_attention(implementation='cudnn'); 'einsum' is the explicit
     path; 'auto' uses 'xla' ('cudnn' first on GPU with bf16/fp16 inputs, falling back
-    to 'xla' if it raises) unless return_weights or dropout is requested: einsum.
+    to 'xla' when cuDNN refuses the call: tx.compat.is_cudnn_refusal; any other error
+    propagates) unless return_weights or dropout is requested: einsum.
   Returns out [B, L, H, D] in q's dtype, or (out, weights [B, H, L, S] float32)
   if return_weights. The weights are the softmax probabilities before dropout.
 
   Softmax always in float32 (also under bf16 inputs). A fully masked query row
   outputs exactly zeros (weights too), never NaN. Dropout on the weights (einsum
   path) when dropout_rate > 0 and dropout_rng is given.
+  softcap: c > 0 replaces the scores q·kᵀ·scale by c·tanh(scores / c) before the bias
+    and the mask (Gemma-2's attention soft-cap); 0 = off. cuDNN has no cap: 'auto' then
+    takes the XLA path and 'cudnn' is a ValueError.
   causal_blocks: n > 1 promises that `mask` hides every key j > i from query i (self-
     attention, L == S) and runs the XLA path in n query blocks (at most L), each
     over the keys 0 .. its last query; the same result with the masked scores skipped.
@@ -79,6 +84,10 @@ def dot_product_attention(q_BLHD, k_BSKD, v_BSKD, *, mask=None, bias=None, scale
     raise ValueError(f'implementation must be one of {_IMPLEMENTATIONS}, got {implementation!r}')
   if not 0.0 <= dropout_rate < 1.0:
     raise ValueError(f'dropout_rate must be in [0, 1), got {dropout_rate}')
+  if softcap < 0:
+    raise ValueError(f'softcap must be >= 0 (0 = off), got {softcap}')
+  if softcap and implementation == 'cudnn':
+    raise ValueError("implementation='cudnn' has no attention soft-cap; use 'xla' or 'auto'")
   scale = 1.0 / float(np.sqrt(D)) if scale is None else scale
 
   use_dropout = dropout_rate > 0.0 and dropout_rng is not None
@@ -88,22 +97,25 @@ def dot_product_attention(q_BLHD, k_BSKD, v_BSKD, *, mask=None, bias=None, scale
   if implementation == 'einsum' or (implementation == 'auto' and (return_weights or use_dropout)):
     out_BLHD, weights_BHLS = _einsum_attention(
         q_BLHD, k_BSKD, v_BSKD, mask, bias, scale,
-        dropout_rate if use_dropout else 0.0, dropout_rng)
+        dropout_rate if use_dropout else 0.0, dropout_rng, softcap)
     return (out_BLHD, weights_BHLS) if return_weights else out_BLHD
 
   if implementation == 'auto':
     out_BLHD = None
-    if _wants_cudnn(q_BLHD):
+    if _wants_cudnn(q_BLHD) and not softcap:
       try:
         out_BLHD = _cudnn_attention(q_BLHD, k_BSKD, v_BSKD, mask, bias, scale)
-      except Exception:  # unsupported shape/dtype/GPU: the XLA path always works
+      except Exception as e:  # pylint: disable=broad-except
+        if not compat.is_cudnn_refusal(e):  # only a shape/dtype/GPU cuDNN refuses falls back
+          raise
         out_BLHD = None
     if out_BLHD is None:
-      out_BLHD = _causal_blocks(q_BLHD, k_BSKD, v_BSKD, mask, bias, scale, causal_blocks)
+      out_BLHD = _causal_blocks(q_BLHD, k_BSKD, v_BSKD, mask, bias, scale, causal_blocks,
+                                softcap)
     return out_BLHD
   if implementation == 'cudnn':
     return _cudnn_attention(q_BLHD, k_BSKD, v_BSKD, mask, bias, scale)
-  return _causal_blocks(q_BLHD, k_BSKD, v_BSKD, mask, bias, scale, causal_blocks)
+  return _causal_blocks(q_BLHD, k_BSKD, v_BSKD, mask, bias, scale, causal_blocks, softcap)
 
 
 def _check_qkv(q, k, v):
@@ -143,8 +155,9 @@ def _row_visible(mask_BHLS):
   return jnp.any(mask_BHLS, axis=-1, keepdims=True)
 
 
-def _einsum_attention(q_BLHD, k_BSKD, v_BSKD, mask, bias, scale, dropout_rate, dropout_rng):
-  logits_BHLS = masked_logits(q_BLHD, k_BSKD, mask, bias, scale, _MASK_VALUE)
+def _einsum_attention(q_BLHD, k_BSKD, v_BSKD, mask, bias, scale, dropout_rate, dropout_rng,
+                      softcap=0.0):
+  logits_BHLS = masked_logits(q_BLHD, k_BSKD, mask, bias, scale, _MASK_VALUE, softcap)
   weights_BHLS = jax.nn.softmax(logits_BHLS, axis=-1)
   if mask is not None:
     weights_BHLS = jnp.where(_row_visible(mask), weights_BHLS, 0.0)
@@ -156,12 +169,12 @@ def _einsum_attention(q_BLHD, k_BSKD, v_BSKD, mask, bias, scale, dropout_rate, d
   return weighted_values(probs_BHLS, v_BSKD, q_BLHD.dtype), weights_BHLS
 
 
-def _causal_blocks(q_BLHD, k_BSKD, v_BSKD, mask, bias, scale, blocks):
+def _causal_blocks(q_BLHD, k_BSKD, v_BSKD, mask, bias, scale, blocks, softcap=0.0):
   """The XLA path over query blocks [a, b), each attending to keys [0, b)."""
   L = q_BLHD.shape[1]
   blocks = min(blocks, L)
   if blocks == 1:
-    return xla_attention(q_BLHD, k_BSKD, v_BSKD, mask, bias, scale, _MASK_VALUE)
+    return xla_attention(q_BLHD, k_BSKD, v_BSKD, mask, bias, scale, _MASK_VALUE, softcap)
   cuts = [round(L * i / blocks) for i in range(blocks + 1)]
 
   def rows(x_BHLS, a, b):  # mask / bias have full L and S axes here (_as_4d)
@@ -169,7 +182,7 @@ def _causal_blocks(q_BLHD, k_BSKD, v_BSKD, mask, bias, scale, blocks):
 
   return jnp.concatenate([
       xla_attention(q_BLHD[:, a:b], k_BSKD[:, :b], v_BSKD[:, :b], rows(mask, a, b),
-                    rows(bias, a, b), scale, _MASK_VALUE)
+                    rows(bias, a, b), scale, _MASK_VALUE, softcap)
       for a, b in zip(cuts[:-1], cuts[1:])], axis=1)
 
 

@@ -42,7 +42,7 @@ from tx.models.build import build_model, count_params
 from tx.tasks import make_task
 from tx.train.flops import flops_per_step
 from tx.train.mesh import AXES, batch_sharding, logical_rules, make_mesh
-from tx.train.optimizer import make_optimizer
+from tx.train.optimizer import run_optimizer
 from tx.train.state import state_shardings
 from tx.train.step import configured_train_step
 
@@ -202,7 +202,7 @@ def abstract_state(cfg: ExperimentConfig, mesh=None):
     mesh = AbstractMesh(sizes, AXES, axis_types=(AxisType.Auto,) * len(AXES))
     if model_cfg.attention_impl == 'auto':  # 'auto' asks the backend; shapes do not depend on it
       model_cfg = model_cfg.replace(attention_impl='xla')
-  optimizer, _ = make_optimizer(cfg.optim, total_steps=cfg.train.steps, d_model=cfg.model.d_model)
+  optimizer, _ = run_optimizer(cfg)
   rules = logical_rules(cfg.mesh)
   with nn.logical_axis_rules(rules):
     return state_shardings(build_model(model_cfg), optimizer, model_cfg, mesh, rules,
@@ -232,7 +232,7 @@ def plan(cfg: ExperimentConfig, mesh_sizes: dict[str, int] | None = None,
   mesh = make_mesh(cfg.mesh, jax.devices()[:n])
   task = make_task(cfg)
   model = build_model(cfg.model)
-  optimizer, _ = make_optimizer(cfg.optim, total_steps=cfg.train.steps, d_model=cfg.model.d_model)
+  optimizer, _ = run_optimizer(cfg)
   rules = logical_rules(cfg.mesh)
   spec = batch_shapes(cfg.data, task.name, cfg.train.batch_size)
   # As in tx.train.loop: shardings, step and lowering under the mesh and the logical rules.

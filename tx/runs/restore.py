@@ -14,7 +14,7 @@ from tx.train import run_dir
 from tx.train.checkpoint import Checkpointer
 from tx.train.errors import CheckpointError
 from tx.train.mesh import logical_rules, make_mesh
-from tx.train.optimizer import make_optimizer
+from tx.train.optimizer import run_optimizer
 from tx.train.state import state_shardings
 
 
@@ -26,8 +26,7 @@ def load_run(workdir: str | Path, *, step: int | None = None):
   if not ckpt_dir.exists():
     raise CheckpointError(f'{ckpt_dir}: no checkpoints; train first with `tx train`')
   model = build_model(cfg.model)
-  optimizer, _ = make_optimizer(cfg.optim, total_steps=cfg.train.steps,
-                                d_model=cfg.model.d_model)
+  optimizer, _ = run_optimizer(cfg)
   mesh = make_mesh(cfg.mesh)
   ckpt = Checkpointer(ckpt_dir, keep=cfg.train.keep_checkpoints, async_save=False)
   try:

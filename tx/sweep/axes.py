@@ -6,6 +6,7 @@
          axis('optim.warmup_steps', [0, 500]))                  # element-wise pairs
     cases({'model.moe.num_experts': 0},
           {'model.moe.num_experts': 4, 'model.moe.top_k': 2})   # hand-written variants
+    axis('optim.learning_rate', lr_grid(1e-4, 3e-1))           # a log-spaced LR sweep
 
 Every expression is an `Axes`: an ordered tuple of variants, each variant an ordered
 tuple of (dotted key, value) pairs. `product` and `zip_` accept any `Axes`, so they
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 from typing import Any, Iterable, Mapping
 
 from tx.config.base import ConfigError
@@ -61,6 +63,29 @@ def axis(key: str, values: Iterable[Any]) -> Axes:
     raise ConfigError(f'axis {key}: needs at least one value')
   return Axes(tuple(((key, v),) for v in values),
               {'axis': key, 'values': [_json_value(v) for v in values]})
+
+
+def lr_grid(lo: float, hi: float, per_decade: int = 3) -> list[float]:
+  """Log-spaced values lo, lo * 10**(1/per_decade), ... up to hi (kept when on the grid).
+
+  Each value is rounded to 3 significant digits so variant names stay readable:
+  lr_grid(1e-4, 3e-1) == [1e-4, 2.15e-4, 4.64e-4, 1e-3, ..., 1e-1, 2.15e-1]
+  (Wortsman et al. 2023 sweep learning rates this way, 3 per decade).
+  """
+  for name, v in (('lo', lo), ('hi', hi)):
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+      raise ConfigError(f'lr_grid: {name} must be a finite number, got {v!r}')
+  if lo <= 0:
+    raise ConfigError(f'lr_grid: lo must be > 0 for a log-spaced grid, got {lo!r}; '
+                      'pass e.g. lr_grid(1e-4, 1e-1)')
+  if hi < lo:
+    raise ConfigError(f'lr_grid: hi ({hi!r}) is below lo ({lo!r}); swap them')
+  if isinstance(per_decade, bool) or not isinstance(per_decade, int) or per_decade < 1:
+    raise ConfigError(f'lr_grid: per_decade must be an integer >= 1, got {per_decade!r}')
+  # A small tolerance keeps hi itself when it lies on the grid despite float error.
+  steps = math.floor(per_decade * math.log10(hi / lo) + 1e-9)
+  values = [float(f'{lo * 10 ** (k / per_decade):.3g}') for k in range(steps + 1)]
+  return list(dict.fromkeys(values))
 
 
 def cases(*variants: Mapping[str, Any]) -> Axes:

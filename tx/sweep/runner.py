@@ -8,9 +8,10 @@ the sweep (name, base, axes, seeds, baseline, runs with overrides and dirs) for
 
 A partial run whose config.json differs from the plan (say, another `--set`) is refused
 before anything runs, since resuming it would mix two configs; a done run that differs is
-skipped with a warning naming the keys. A run stopped by a non-finite loss (Post-LN
-without warmup, say) is recorded in sweep.json as failed and the sweep goes on; the
-command then exits with status 1, and the next invocation retries it.
+skipped with a warning naming the keys. A run that diverges (a non-finite loss: Post-LN
+without warmup at a high learning rate, say) is a data point, not a failure: training
+writes its summary.json with status 'diverged' and `diverged_at`, sweep.json records
+"diverged at step N", the sweep counts it as done and goes on, and `tx compare` draws it.
 """
 
 from __future__ import annotations
@@ -159,8 +160,7 @@ def run(sweep: Sweep, workdir, *, resolve: Resolver, seeds: int | None = None,
   print(f'sweep {sweep.name}: {len(runs)} run(s) in {workdir}: {statuses.count("done")} done, '
         f'{statuses.count("partial")} partial, {statuses.count("new")} new', file=sys.stderr,
         flush=True)
-  trained = skipped = 0
-  failed = []
+  trained = skipped = diverged = 0
   for i, r in enumerate(runs):
     tag = f'[{i + 1}/{len(runs)}] {r.variant} seed_{r.seed}'
     st = status(r)
@@ -177,20 +177,30 @@ def run(sweep: Sweep, workdir, *, resolve: Resolver, seeds: int | None = None,
     try:
       result = train_fn(r.config, r.dir, quiet=True)
     except NonFiniteError as e:
-      failed.append(r)
-      entry['error'] = str(e)
+      diverged += 1
+      entry['status'] = _diverged_status(r, e)
       write_record(workdir, data)
-      print(f'{tag}: failed: {e}', file=sys.stderr, flush=True)
+      print(f'{tag}: {entry["status"]} ({e})', file=sys.stderr, flush=True)
       continue
     trained += 1
-    if entry.pop('error', None) is not None:
+    if entry.pop('status', None) is not None:
       write_record(workdir, data)
     ev = result.summary.get('eval', {})
     print(f'{tag}: eval loss {ev.get("loss", float("nan")):.4f} in {time.time() - t0:.0f}s',
           flush=True)
-  print(f'sweep {sweep.name}: {trained} trained, {skipped} already done, {len(failed)} failed; '
+  print(f'sweep {sweep.name}: {trained} trained, {diverged} diverged, {skipped} already done; '
         f'compare with: tx compare {workdir}', flush=True)
-  return 1 if failed else 0
+  return 0
+
+
+def _diverged_status(run: Run, error: NonFiniteError) -> str:
+  """'diverged at step N', N from the run's summary.json (else the error's first step)."""
+  path = run.dir / run_dir.SUMMARY
+  step = run_dir.read_json(path).get('diverged_at') if path.exists() else None
+  if step is None:
+    words = str(error).split(':', 1)[0].split()
+    step = words[1] if len(words) == 2 and words[0] == 'step' else '?'
+  return f'diverged at step {step}'
 
 
 def cli(args, sweep: Sweep, resolve: Resolver) -> int:

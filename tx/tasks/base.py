@@ -19,8 +19,12 @@ import jax.numpy as jnp
 from tx import ops
 from tx.config.model import ModelConfig
 from tx.config.train import TaskConfig
+from tx.tasks.diagnostics import attention_logit_maxima, output_logit_stats
 
 AUX_COLLECTIONS = ('losses', 'metrics')
+# Sown by attention layers only when mutable (training with train.diagnostics on): each
+# layer's maximum pre-softmax score, so evaluation and decoding compute none of it.
+DIAGNOSTICS = 'diagnostics'
 
 
 def sum_leaves(tree) -> jax.Array:
@@ -47,10 +51,13 @@ class Task:
 
   def logits(self, model, params, batch, *, deterministic=True, rngs=None):
     """Runs the network. Returns (logits [B, L, V] float32, auxiliary loss scalar)."""
-    args, kwargs = self.model_args(batch)
-    logits, state = model.apply({'params': params}, *args, deterministic=deterministic,
-                                rngs=rngs, mutable=list(AUX_COLLECTIONS), **kwargs)
+    logits, state = self._apply(model, params, batch, deterministic, rngs, AUX_COLLECTIONS)
     return logits, sum_leaves(state.get('losses', {}))
+
+  def _apply(self, model, params, batch, deterministic, rngs, collections):
+    args, kwargs = self.model_args(batch)
+    return model.apply({'params': params}, *args, deterministic=deterministic, rngs=rngs,
+                       mutable=list(collections), **kwargs)
 
   def metric_sums(self, logits, batch, aux_loss) -> dict[str, jax.Array]:
     """Sums over the batch: loss (optimised, smoothed), nll, weights, correct, z-loss."""
@@ -75,14 +82,22 @@ class Task:
     }
 
   def loss(self, model, params, batch, *, deterministic=True, rngs=None, weight_total=None,
-           aux_scale=1.0):
+           aux_scale=1.0, diagnostics=False):
     """The training objective and its metric sums.
 
     loss = sum(w * ce) / weight_total + aux_scale * aux, where weight_total defaults to
     this batch's real target tokens (pass the full batch's count for micro-batches).
+    diagnostics: sums['diag'] also holds `output_logit_stats` and the attention layers'
+    `attention_logit_maxima` (tx.tasks.diagnostics), from this same forward pass.
     """
-    logits, aux = self.logits(model, params, batch, deterministic=deterministic, rngs=rngs)
+    collections = AUX_COLLECTIONS + ((DIAGNOSTICS,) if diagnostics else ())
+    logits, state = self._apply(model, params, batch, deterministic, rngs, collections)
+    aux = sum_leaves(state.get('losses', {}))
     sums = self.metric_sums(logits, batch, aux)
+    if diagnostics:
+      _, weights = self.targets(batch)
+      sums['diag'] = {**output_logit_stats(logits, weights),
+                      **attention_logit_maxima(state.get(DIAGNOSTICS, {}))}
     denom = sums['weight_sum'] if weight_total is None else weight_total
     loss = sums['loss_sum'] / jnp.maximum(denom, 1.0) + aux_scale * aux
     return loss, sums

@@ -31,7 +31,7 @@ from tx.train.errors import NonFiniteError
 from tx.train.evaluate import evaluate
 from tx.train.flops import flops_per_step, measure_matmul_ceiling
 from tx.train.mesh import batch_divisor, batch_sharding, global_batch, logical_rules, make_mesh
-from tx.train.optimizer import make_optimizer
+from tx.train.optimizer import run_optimizer
 from tx.train.preemption import Preempted, PreemptionGuard
 from tx.train.state import init_state, state_shardings
 from tx.train.step import configured_train_step, make_eval_step
@@ -121,8 +121,7 @@ def train(cfg: ExperimentConfig, workdir: str | Path, *, quiet: bool = False,
   processes.wait_for_all(f'data ready: {workdir}')
   cfg = resolve(cfg, train_pipe.vocab_size)
   model = build_model(cfg.model)
-  optimizer, schedule = make_optimizer(cfg.optim, total_steps=cfg.train.steps,
-                                       d_model=cfg.model.d_model)
+  optimizer, schedule = run_optimizer(cfg)
   rules = logical_rules(cfg.mesh)
   # Shardings before anything is written: a parameter dimension the mesh does not divide is
   # a ConfigError that leaves no half-made run directory behind.
@@ -246,7 +245,7 @@ def _train_steps(run: _Run, state, batches, compiled, eval_step, progress):
     at_eval = run.step % cfg.eval_every == 0 or last
     at_ckpt = run.step % cfg.checkpoint_every == 0 or last
     if at_log or at_eval or at_ckpt:
-      _log_window(run, state, pending, time.time() - window_start, at_log, progress)
+      _log_window(run, state, pending, window_start, at_log, progress)
       pending, window_start = [], time.time()
     if at_eval:
       _evaluate(run, state, eval_step, progress)
@@ -261,14 +260,18 @@ def _train_steps(run: _Run, state, batches, compiled, eval_step, progress):
   return state
 
 
-def _log_window(run: _Run, state, pending: list, elapsed: float, write: bool, progress) -> None:
+def _log_window(run: _Run, state, pending: list, window_start: float, write: bool,
+                progress) -> None:
   """Averages the steps since the last window into one metrics row (written when `write`),
   checks them for non-finite values before anything is saved, and moves the progress bar."""
-  host = jax.device_get(pending)
+  host = jax.device_get(pending)  # waits for the window's steps: time them after this
+  elapsed = time.time() - window_start
   run.train_time += elapsed
-  sums = {k: sum(float(m[k]) for m in host) for k in host[0]}
+  sums = {k: sum(float(m[k]) for m in host) for k in host[0] if k != 'diag'}
   row = summarize(sums, steps=len(host))
   row['grad_norm'] = float(host[-1]['grad_norm'])
+  row.update({f'diag/{k}': float(v) for k, v in host[-1].get('diag', {}).items()})
+  _track_divergence(run, host, first_step=run.step - len(host) + 1)
   row['learning_rate'] = float(run.schedule(run.step - 1))
   row['skipped'] = sums.get('skipped', 0.0)
   tokens = sums['weight_sum']
@@ -278,8 +281,28 @@ def _log_window(run: _Run, state, pending: list, elapsed: float, write: bool, pr
   row['mfu'] = run.step_flops / max(row['step_time_s'], 1e-9) / run.peak_flops
   if write:
     run.writer.write(run.step, row)
-  _check_finite(host, run.step - len(host) + 1, run.cfg, total_skips=state.skips)
+  try:
+    _check_finite(host, run.step - len(host) + 1, run.cfg, total_skips=state.skips)
+  except NonFiniteError:
+    _write_summary(run, state, status='diverged')
+    raise
   progress.update(run.step, row)
+
+
+def _track_divergence(run: _Run, host: list, first_step: int) -> None:
+  """Records the loss at initialisation (step 1's) and `diverged_at`: the first step after
+  warmup whose training loss exceeds it (Wortsman et al. 2023), or any step whose loss or
+  gradient norm is not finite."""
+  warmup = run.cfg.optim.warmup_steps
+  for i, m in enumerate(host):
+    step = first_step + i
+    loss = float(m['loss_sum']) / max(float(m['weight_sum']), 1.0)
+    if step == 1:
+      run.meta['init_loss'] = loss
+    init = run.meta.get('init_loss')
+    above = init is not None and step > warmup and not loss <= init  # NaN counts as above
+    if run.meta.get('diverged_at') is None and (above or not float(m['finite'])):
+      run.meta['diverged_at'] = step
 
 
 def _evaluate(run: _Run, state, eval_step, progress) -> None:
@@ -297,7 +320,7 @@ def _evaluate(run: _Run, state, eval_step, progress) -> None:
 def _checkpoint(run: _Run, state, batches, *, evaluated: bool) -> None:
   """Saves params, optimizer state, data position and meta (best/last eval, wall time)."""
   now = time.time()
-  run.meta = {'best_eval': run.best, 'last_eval': run.last_eval,
+  run.meta = {**run.meta, 'best_eval': run.best, 'last_eval': run.last_eval,
               'wall_time_s': run.meta.get('wall_time_s', 0.0) + (now - run.start_wall)}
   run.start_wall = now
   run.ckpt.save(run.step, state, data_state=batches.get_state(), meta=run.meta,
@@ -306,25 +329,36 @@ def _checkpoint(run: _Run, state, batches, *, evaluated: bool) -> None:
 
 def _finish(run: _Run, state, final_eval: FinalEval | None) -> RunResult:
   """summary.json (after `final_eval`) and the RunResult."""
+  extra = {}
+  if final_eval is not None:
+    extra = final_eval(run.cfg, state.params, run.mesh, run.train_pipe.tokenizer)
+  summary = _write_summary(run, state, status='done', extra_eval=extra)
+  return RunResult(summary=summary, state=state, config=run.cfg,
+                   tokenizer=run.train_pipe.tokenizer)
+
+
+def _write_summary(run: _Run, state, *, status: str, extra_eval: dict | None = None) -> dict:
+  """summary.json (process 0 writes it): 'done', or 'diverged' for a run stopped by a
+  non-finite loss, which a sweep counts as a finished data point."""
   summary = {
+      'status': status, 'init_loss': run.meta.get('init_loss'),
+      'diverged_at': run.meta.get('diverged_at'),
       'experiment': run.cfg.name, 'params': run.params_count, 'steps': run.step,
       'wall_time_s': run.meta.get('wall_time_s', 0.0) + (time.time() - run.start_wall),
       'compile_time_s': run.compile_time, 'train_time_s': run.train_time,
       'tokens_per_s': run.tokens_seen / max(run.train_time, 1e-9) if run.tokens_seen else None,
       'flops_per_step': run.step_flops, 'matmul_ceiling_flops': run.peak_flops,
-      'eval': run.last_eval or {}, 'best_eval': run.best or {},
+      'eval': (run.last_eval or {}) if status == 'done' else {}, 'best_eval': run.best or {},
       'devices': jax.device_count(), 'processes': jax.process_count(),
       'skipped_updates': int(jax.device_get(state.skips)),
   }
   if run.steps_run and run.train_time:
     summary['mfu'] = run.steps_run / run.train_time * run.step_flops / run.peak_flops
-  if final_eval is not None:
-    extra = final_eval(run.cfg, state.params, run.mesh, run.train_pipe.tokenizer)
-    summary['eval'] = dict(summary['eval'], **extra)
+  if extra_eval:
+    summary['eval'] = dict(summary['eval'], **extra_eval)
   if jax.process_index() == 0:
     run_dir.write_json(run.workdir / run_dir.SUMMARY, summary)
-  return RunResult(summary=summary, state=state, config=run.cfg,
-                   tokenizer=run.train_pipe.tokenizer)
+  return summary
 
 
 def _check_finite(host_metrics, first_step, cfg, total_skips) -> None:
@@ -358,7 +392,7 @@ class _progress:
   def __init__(self, step: int, total: int, quiet: bool):
     self.bar = None
     if jax.process_index() == 0 and not quiet:
-      from tqdm import tqdm  # pylint: disable=g-import-not-at-top
+      from tqdm import tqdm  # pylint: disable=g-import-not-at-top  (kept off start-up)
       self.bar = tqdm(total=total, initial=step, dynamic_ncols=True, file=sys.stderr,
                       unit='step')
     self.step = step
