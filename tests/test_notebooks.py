@@ -3,9 +3,9 @@
 Each notebook opens with a code cell tagged `parameters`; like papermill, the test inserts
 an `injected-parameters` cell right after it (SMALL = True, a temporary WORKDIR, SWEEP_DIR =
 None). Kernels are this interpreter (a kernel spec written into a temporary folder, so nothing
-needs installing); the three notebooks run side by side, each in a temporary working directory,
-with $TFDS_DATA_DIR in the session's tmp (the prepared stdlib corpus is shared by notebooks 02
-and 03): nothing is written into the repository. The committed notebooks carry no outputs.
+needs installing); the selected notebooks run side by side, each in a temporary working directory,
+with $TFDS_DATA_DIR in the session's tmp (the prepared stdlib corpus is shared by notebooks 02,
+03 and 04): nothing is written into the repository. The committed notebooks carry no outputs.
 """
 
 import json
@@ -27,9 +27,9 @@ KERNEL = 'tx-notebooks-test'
 CELL_TIMEOUT_S = 300
 
 
-def test_the_three_notebooks_exist():
+def test_the_expected_notebooks_exist():
   assert NOTEBOOKS == ['01_architecture.ipynb', '02_train_and_generate.ipynb',
-                       '03_compare_ablations.ipynb']
+                       '03_compare_ablations.ipynb', '04_lr_sensitivity.ipynb']
 
 
 @pytest.mark.parametrize('name', NOTEBOOKS)
@@ -53,6 +53,8 @@ TESTS = {
                                    {'SMALL': True, 'WORKDIR': None}),
     'test_03_compare_ablations': ('03_compare_ablations.ipynb',
                                   {'SMALL': True, 'WORKDIR': None, 'SWEEP_DIR': None}),
+    'test_04_lr_sensitivity': ('04_lr_sensitivity.ipynb',
+                               {'SMALL': True, 'WORKDIR': None, 'SWEEP_DIR': None}),
 }
 
 
@@ -198,6 +200,29 @@ def test_03_compare_ablations(executed):
   assert checks(stdout(nb))['table means match summary.json'] == 'True'
   pngs = sorted(sweep.glob('*.png'))
   assert pngs and len(outputs_of(nb, 'image/png')) == len(pngs)
+
+
+@pytest.mark.slow
+def test_04_lr_sensitivity(executed):
+  nb, workdir = result_of(executed, '04_lr_sensitivity.ipynb')
+  sweep = workdir / 'sweep'
+  summaries = {p.parent.relative_to(sweep).as_posix(): json.loads(p.read_text())
+               for p in sweep.glob('*/seed_*/summary.json')}
+  assert len(summaries) == 16, sorted(summaries)  # {pre, post} x 4 rates x 2 seeds
+  assert any(s['status'] == 'diverged' for s in summaries.values()), \
+      'no run diverged: the capped path is not exercised; raise the top learning rate'
+  for name in ('lr_curves.md', 'lr_curves.csv', 'compare.md', 'sweep.json'):
+    assert (sweep / name).exists(), name
+  assert (sweep / 'eval.loss_vs_optim.learning_rate.png').exists()
+  table = ''.join(outputs_of(nb, 'text/markdown'))
+  assert '`norm_position=pre`' in table and '`norm_position=post`' in table, table
+  assert 'LR sensitivity' in table
+  found = checks(stdout(nb))
+  for label in ('sensitivity matches a recomputation from summary.json',
+                'a diverged run is drawn capped'):
+    assert found.get(label) == 'True', (label, found)
+  assert all(v == 'True' for v in found.values()), {k: v for k, v in found.items() if v != 'True'}
+  assert len(outputs_of(nb, 'image/png')) >= 2  # loss vs LR, the diagnostics
 
 
 def test_notebooks_leave_the_repository_alone(executed):

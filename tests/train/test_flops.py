@@ -55,6 +55,7 @@ _VARIANTS = [
     dict(use_bias=False, norm='rmsnorm'), dict(moe=MoEConfig(num_experts=4, top_k=2), ffn='swiglu'),
     dict(moe=MoEConfig(num_experts=4, top_k=1, every=2), num_layers=2),
     dict(scan_layers=True, moe=MoEConfig(num_experts=4, top_k=2)),
+    dict(qk_norm='layernorm'), dict(qk_norm='rmsnorm', scan_layers=True),
 ]
 
 

@@ -59,6 +59,7 @@ ROLES: dict[tuple[str | None, ...], str] = {
     ('embed',): EXCLUDED,  # norm scales and biases; output-projection biases
     ('mlp',): EXCLUDED,  # FFN / pooler / transform biases
     ('heads', 'kv'): EXCLUDED,  # query bias
+    ('kv',): EXCLUDED,  # per-head query / key norm scales (model.qk_norm)
     ('kv_heads', 'kv'): EXCLUDED,  # key, value biases
     ('vocab',): EXCLUDED,  # MLM output bias
     (None,): EXCLUDED,  # classifier bias

@@ -290,19 +290,24 @@ def _log_window(run: _Run, state, pending: list, window_start: float, write: boo
 
 
 def _track_divergence(run: _Run, host: list, first_step: int) -> None:
-  """Records the loss at initialisation (step 1's) and `diverged_at`: the first step after
-  warmup whose training loss exceeds it (Wortsman et al. 2023), or any step whose loss or
-  gradient norm is not finite."""
-  warmup = run.cfg.optim.warmup_steps
-  for i, m in enumerate(host):
-    step = first_step + i
-    loss = float(m['loss_sum']) / max(float(m['weight_sum']), 1.0)
-    if step == 1:
-      run.meta['init_loss'] = loss
-    init = run.meta.get('init_loss')
-    above = init is not None and step > warmup and not loss <= init  # NaN counts as above
-    if run.meta.get('diverged_at') is None and (above or not float(m['finite'])):
-      run.meta['diverged_at'] = step
+  """Records the loss at initialisation (step 1's) and `diverged_at`: the last step of the
+  first log window after warmup whose mean training loss exceeds it (Wortsman et al. 2023;
+  the window mean, not one step, so a noisy early step is not a divergence), or the first
+  step whose loss or gradient norm is not finite."""
+  losses = [float(m['loss_sum']) / max(float(m['weight_sum']), 1.0) for m in host]
+  if first_step == 1:
+    run.meta['init_loss'] = losses[0]
+  if run.meta.get('diverged_at') is not None:
+    return
+  bad = [first_step + i for i, m in enumerate(host) if not float(m['finite'])]
+  if bad:
+    run.meta['diverged_at'] = bad[0]
+    return
+  last = first_step + len(host) - 1
+  init = run.meta.get('init_loss')
+  mean = sum(losses) / len(losses)
+  if init is not None and last > run.cfg.optim.warmup_steps and not mean <= init:
+    run.meta['diverged_at'] = last
 
 
 def _evaluate(run: _Run, state, eval_step, progress) -> None:
