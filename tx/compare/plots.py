@@ -90,16 +90,20 @@ def curves(collection: Collection, key: str, baseline: str, out: Path) -> list[P
   paths = []
   for fig, ax, xlabel, suffix in ((step_fig, step_ax, 'step', 'step'),
                                   (time_fig, time_ax, 'wall-clock time (s)', 'time')):
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(key)
-    ax.set_title(f'{key} vs {suffix}: mean over seeds, min-max shaded')
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize='small')
-    fig.tight_layout()
-    path = out / f'{name}_vs_{suffix}.png'
-    fig.savefig(path)
-    paths.append(path)
+    paths.append(_save_series(fig, ax, key, xlabel, suffix, out / f'{name}_vs_{suffix}.png'))
   return paths
+
+
+def _save_series(fig, ax, key: str, xlabel: str, against: str, path: Path) -> Path:
+  """Labels, grid and legend of a per-variant series plot, written to `path`."""
+  ax.set_xlabel(xlabel)
+  ax.set_ylabel(key)
+  ax.set_title(f'{key} vs {against}: mean over seeds, min-max shaded')
+  ax.grid(alpha=0.3)
+  ax.legend(fontsize='small')
+  fig.tight_layout()
+  fig.savefig(path)
+  return path
 
 
 def _extrapolation(summary: dict | None) -> dict[int, float]:
@@ -167,15 +171,8 @@ def step_curves(collection: Collection, keys: list[str], baseline: str, out: Pat
   for key in dict.fromkeys(keys):
     fig, ax = _figure()
     _draw_variants(collection, key, baseline, ((ax, 'step'),))
-    ax.set_xlabel('step')
-    ax.set_ylabel(key)
-    ax.set_title(f'{key} vs step: mean over seeds, min-max shaded')
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize='small')
-    fig.tight_layout()
-    path = out / f'curve_{key.replace("/", "_")}.png'
-    fig.savefig(path)
-    paths.append(path)
+    paths.append(_save_series(fig, ax, key, 'step', 'step',
+                              out / f'curve_{key.replace("/", "_")}.png'))
   return paths
 
 
