@@ -24,18 +24,29 @@ demo: venv
 test: $(BIN)/.installed-interop
 	$(BIN)/python -m pytest tests
 
-# experiments/RESULTS.md: every ablation sweep, then its comparison (compare.md, .csv, PNGs).
+# experiments/RESULTS.md: every ablation and LR-sensitivity sweep, then its comparison
+# (compare.md/.csv, lr_curves.md/.csv, PNGs). On the 2-core project machine: the ablations
+# about 45 min, the three lm_lr_probe LR studies about 80 min, the MLM and Multi30k LR
+# sweeps about 1.5 h each, lr_mup_width about 3.5 h. Resumable: rerun to continue.
 RESULTS ?= runs/ablations
+LR_RESULTS ?= runs/lr
 TX_RAW_DATA ?= $(abspath ../shared/data)
+ABLATIONS = ablate_positions ablate_norm_position ablate_ffn ablate_mlm_norm ablate_mt_label_smoothing
+LR_STUDIES = norm_position qk_norm z_loss mlm_norm_position mt_label_smoothing mup_width
 results: venv
-	for s in ablate_positions ablate_norm_position ablate_ffn ablate_mlm_norm \
-	    ablate_mt_label_smoothing; do \
+	for s in $(ABLATIONS); do \
 	  TX_RAW_DATA=$(TX_RAW_DATA) $(BIN)/tx sweep $$s --workdir $(RESULTS)/$$s || exit 1; done
 	$(BIN)/tx compare $(RESULTS)/ablate_positions --metric eval.extrapolation.256 --baseline position=alibi
 	$(BIN)/tx compare $(RESULTS)/ablate_norm_position --metric eval.loss
 	$(BIN)/tx compare $(RESULTS)/ablate_ffn --metric eval.loss
 	$(BIN)/tx compare $(RESULTS)/ablate_mlm_norm --metric eval.loss
 	$(BIN)/tx compare $(RESULTS)/ablate_mt_label_smoothing --metric eval.loss
+	for s in $(LR_STUDIES); do \
+	  TX_RAW_DATA=$(TX_RAW_DATA) $(BIN)/tx sweep lr_$$s --workdir $(LR_RESULTS)/$$s || exit 1; \
+	  $(BIN)/tx compare $(LR_RESULTS)/$$s --x optim.learning_rate \
+	    --curves loss diag/attn_logit_max diag/log_z_mean || exit 1; done
+	$(BIN)/tx mup-check lm_lr_probe --widths 64,128,256,512 --steps 10 \
+	  --set model.mup_base_width=64 optim.learning_rate=1e-2 --out $(LR_RESULTS)/mup_check
 
 clean:
 	rm -rf $(VENV) runs

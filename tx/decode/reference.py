@@ -45,7 +45,7 @@ def generate_lm_uncached(cfg: ModelConfig, params, prompt_BP, rng, *, max_new: i
                          eos_id: int = EOS_ID, return_logits: bool = False):
   """`generate_lm` recomputing the full forward pass each step: same arguments and outputs
   (learned positions: while prompt + max_new fit model.max_len; past it generate_lm slides
-  a window, tx/decode/window.py, and this clips positions)."""
+  a window, tx/decode/learned_positions.py, and this clips positions)."""
   model = build_model(cfg)
   b, p = prompt_BP.shape
   buf = jnp.concatenate([prompt_BP, jnp.full((b, max_new), PAD_ID, jnp.int32)], axis=1)
