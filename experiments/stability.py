@@ -57,7 +57,17 @@ sweep('lr_mup_width', base='lm_lr_probe', seeds=3,
                 'optim.learning_rate': 1e-3},
       description='Yang et al. 2022: the best LR moves with width under SP, not under muP')
 
-sweep('lr_mlm_norm_position', base='mlm_shakespeare_small', seeds=3,
+@experiment
+def mlm_lr_probe():
+  """lm_lr_probe's shape as a BERT-style masked LM (4L d64, ctx 64, batch 16, 300 steps)."""
+  return derive('mlm_shakespeare', {
+      'model.num_layers': 4, 'model.d_model': 64, 'model.num_heads': 4, 'model.d_ff': 256,
+      'model.max_len': 64, 'data.seq_len': 64, 'train.steps': 300, 'train.batch_size': 16,
+      'train.eval_every': 300, 'train.eval_batches': 20, 'train.log_every': 10,
+      'train.checkpoint_every': 300, 'optim.warmup_steps': 30, 'optim.weight_decay': 0.0})
+
+
+sweep('lr_mlm_norm_position', base='mlm_lr_probe', seeds=3,
       axes=product(axis('model.norm_position', ['post', 'pre']),
                    axis('optim.learning_rate', LRS)),
       baseline={'model.norm_position': 'post', 'optim.learning_rate': LRS[3]},
