@@ -76,7 +76,7 @@ def metric_rows(path: Path) -> list[dict]:
   if not file.exists():
     return []
   rows = []
-  for line in file.read_text().splitlines():
+  for line in file.read_text(encoding='utf-8', errors='replace').splitlines():
     try:
       rows.append(json.loads(line))
     except ValueError:

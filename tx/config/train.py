@@ -27,6 +27,9 @@ class TrainConfig:
   # Stability diagnostics (diag/* in metrics.jsonl): attention-logit and output-logit
   # maxima, log Z, per-group gradient norms and update/parameter RMS ratios.
   diagnostics: bool = True
+  # Before the first step, refuse a step whose compiled memory exceeds the device's (or, on
+  # CPU, the host's); tx.train.memory.
+  memory_check: bool = True
 
   def validate(self):
     for name in ('steps', 'batch_size', 'log_every', 'checkpoint_every', 'keep_checkpoints',

@@ -57,7 +57,7 @@ from tx.config.experiment import ExperimentConfig
 from tx.data.tokenizers.hf import CONFIG_FILES, HEADER_FILE, HF_FILE, HfTokenizer
 from tx.interop.load import load_hf
 from tx.interop.slow_tokenizer import convert_slow_tokenizer, slow_files
-from tx.train import run_dir
+from tx.train import run_dir, run_lock
 from tx.train.checkpoint import Checkpointer
 from tx.train.optimizer import run_optimizer
 from tx.train.state import TrainState
@@ -157,19 +157,20 @@ def _write_run(hf_dir, workdir, model_cfg, params, experiment, overrides, tokeni
                      opt_state=optimizer.init(params), rng=jax.random.key_data(train_rng),
                      skips=jnp.zeros((), jnp.int32))
   workdir.mkdir(parents=True, exist_ok=True)
-  if tokenizer is not None:
-    header.parent.mkdir(parents=True, exist_ok=True)
-    for file in CONFIG_FILES:  # for transformers' AutoTokenizer.from_pretrained(OUT/tokenizer)
-      if (folder / file).is_file():
-        (header.parent / file).write_bytes((folder / file).read_bytes())
-    tokenizer.save(header)  # tokenizer.json, byte for byte, then the header
-  run_dir.write_json(workdir / run_dir.CONFIG, run_dir.config_dict(cfg, workdir))
-  ckpt = Checkpointer(ckpt_dir, keep=cfg.train.keep_checkpoints, async_save=False)
-  try:
-    ckpt.save(0, state, meta={'best_eval': None, 'wall_time_s': 0.0,
-                              'converted_from': str(hf_dir)})
-  finally:
-    ckpt.close()
+  with run_lock.hold(workdir):  # one writer per run directory, as `tx train`
+    if tokenizer is not None:
+      header.parent.mkdir(parents=True, exist_ok=True)
+      for file in CONFIG_FILES:  # for transformers' AutoTokenizer.from_pretrained(OUT/tokenizer)
+        if (folder / file).is_file():
+          (header.parent / file).write_bytes((folder / file).read_bytes())
+      tokenizer.save(header)  # tokenizer.json, byte for byte, then the header
+    run_dir.write_json(workdir / run_dir.CONFIG, run_dir.config_dict(cfg, workdir))
+    ckpt = Checkpointer(ckpt_dir, keep=cfg.train.keep_checkpoints, async_save=False)
+    try:
+      ckpt.save(0, state, meta={'best_eval': None, 'wall_time_s': 0.0,
+                                'converted_from': str(hf_dir)})
+    finally:
+      ckpt.close()
   return workdir
 
 

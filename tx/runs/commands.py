@@ -20,6 +20,8 @@ from tx.train.evaluate import evaluate
 from tx.train.step import make_eval_step
 
 DEFAULT_PROMPT = {'stdlib': 'def ', 'tinyshakespeare': 'ROMEO:'}
+SUMMARY_FIX = ('restore it from a copy, or delete it (`tx train --workdir DIR` writes it again '
+               'from the last checkpoint)')
 
 
 def _decode_settings(cfg, pairs: list[str], command: str = 'generate'):
@@ -115,7 +117,7 @@ def _report(result: dict) -> None:
 def merge_into_summary(workdir: Path, extra: dict, *, split: str, step: int) -> None:
   """Adds `extra` under summary.json's 'eval' (with where it came from: 'tx_eval')."""
   path = Path(workdir) / run_dir.SUMMARY
-  summary = run_dir.read_json(path) if path.exists() else {}
+  summary = run_dir.read_json(path, fix=SUMMARY_FIX) if path.exists() else {}
   section = dict(summary.get('eval') or {})
   section.update({k: v for k, v in extra.items() if not k.startswith('examples_')})
   section['tx_eval'] = {'split': split, 'step': step}
@@ -128,6 +130,9 @@ def run_eval(args) -> int:
   the extrapolation table, masked-token scores); writes eval_<split>_<step>.json and
   merges the extras into summary.json's 'eval'."""
   parse_factors(getattr(args, 'extrapolation', None))  # a bad flag fails before any work
+  summary = Path(args.workdir) / run_dir.SUMMARY
+  if summary.exists():  # a damaged summary.json fails before the evaluation, not after it
+    run_dir.read_json(summary, fix=SUMMARY_FIX)
   cfg, state, mesh, step = load_run(args.workdir, step=args.step)
   assert isinstance(cfg, ExperimentConfig)
   task = make_task(cfg)

@@ -41,6 +41,7 @@ from tx.data.tokenizers.byte import ByteTokenizer
 from tx.models.build import build_model, count_params
 from tx.tasks import make_task
 from tx.train.flops import flops_per_step
+from tx.train.memory import step_bytes
 from tx.train.mesh import AXES, batch_sharding, logical_rules, make_mesh
 from tx.train.optimizer import run_optimizer
 from tx.train.state import state_shardings
@@ -262,6 +263,6 @@ def plan(cfg: ExperimentConfig, mesh_sizes: dict[str, int] | None = None,
       num_params=count_params(abstract.params), param_bytes=shard_bytes(abstract.params),
       optimizer_bytes=shard_bytes(abstract.opt_state), batch_bytes=shard_bytes(batch),
       argument_bytes=arg, output_bytes=out, alias_bytes=alias, temp_bytes=temp, code_bytes=code,
-      total_bytes=arg + out - alias + temp + code, flops_model=flops,
+      total_bytes=step_bytes(mem), flops_model=flops,
       flops_compiled_per_device=_cost_flops(compiled), compile_s=compile_s,
       device_memory=device_memory)

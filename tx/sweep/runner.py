@@ -73,11 +73,8 @@ def record(sweep: Sweep, runs: list[Run], workdir: Path, extra: dict) -> dict:
   path = workdir / SWEEP_JSON
   old: dict = {}
   if path.exists():
-    try:
-      old = json.loads(path.read_text())
-    except (OSError, ValueError):
-      raise ConfigError(f'--workdir: {path} is unreadable; remove it or use another '
-                        '--workdir') from None
+    old = run_dir.read_json(path, prefix='--workdir: ', fix='restore it from a copy, or delete '
+                            'it (tx sweep writes it again; finished runs are kept)')
     if old.get('name') != sweep.name:
       raise ConfigError(f'--workdir: {workdir} holds sweep {old.get("name")!r}, not '
                         f'{sweep.name!r}; use another --workdir')
@@ -132,6 +129,9 @@ def print_plan(sweep: Sweep, runs: list[Run], out=print) -> None:
 def _check_partials(runs: list[Run]) -> None:
   for r in runs:
     if status(r) == 'partial':
+      if (r.dir / run_dir.CONFIG).exists():  # a damaged one is named as such, not as a diff
+        run_dir.read_json(r.dir / run_dir.CONFIG, fix='restore it from a copy, or remove the '
+                          'run directory (tx sweep trains it again)')
       diff = config_diff(r)
       if diff:
         raise ConfigError(f'{r.dir}: this partial run was started with another config '
@@ -196,7 +196,10 @@ def run(sweep: Sweep, workdir, *, resolve: Resolver, seeds: int | None = None,
 def _diverged_status(run: Run, error: NonFiniteError) -> str:
   """'diverged at step N', N from the run's summary.json (else the error's first step)."""
   path = run.dir / run_dir.SUMMARY
-  step = run_dir.read_json(path).get('diverged_at') if path.exists() else None
+  try:
+    step = run_dir.read_json(path).get('diverged_at') if path.exists() else None
+  except ConfigError:  # a damaged summary: the step named in the error instead
+    step = None
   if step is None:
     words = str(error).split(':', 1)[0].split()
     step = words[1] if len(words) == 2 and words[0] == 'step' else '?'

@@ -233,6 +233,7 @@ class Checkpointer:
     items = {'state': ocp.args.StandardRestore(stored)}
     for name in ('data', 'meta'):
       if (self.directory / str(step) / name).exists():
+        _check_json_item(self.directory / str(step) / name)
         items[name] = ocp.args.JsonRestore()
     out = self._manager.restore(step, args=ocp.args.Composite(**items))
     state = jax.block_until_ready(out['state'])
@@ -242,7 +243,11 @@ class Checkpointer:
 
   def _state_metadata(self, step):
     # The state handler alone: Orbax's step metadata would also parse the metrics file.
-    tree = ocp.StandardCheckpointHandler().metadata(self.directory / str(step) / 'state')
+    folder = self.directory / str(step) / 'state'
+    try:
+      tree = ocp.StandardCheckpointHandler().metadata(folder)
+    except ValueError as e:  # a truncated _METADATA: name the file, not just the step
+      raise ValueError(f'{folder / "_METADATA"} is damaged ({e})') from None
     tree = getattr(tree, 'tree', tree)
     if tree is None:
       raise FileNotFoundError('the state metadata is missing')
@@ -302,6 +307,17 @@ def _json_copy(value, name, step):
     return json.loads(json.dumps(value))
   except (TypeError, ValueError) as e:
     raise TypeError(f'checkpoint step {step}: {name} must be a JSON-serialisable dict ({e})') from e
+
+
+def _check_json_item(folder):
+  """ValueError naming the file when a JSON item's `metadata` file (where Orbax's JSON handler
+  keeps it) does not parse: Orbax's own error names no file."""
+  file = folder / 'metadata'
+  if file.is_file():
+    try:
+      json.loads(file.read_text())
+    except ValueError as e:  # JSONDecodeError and UnicodeDecodeError alike
+      raise ValueError(f'{file} is damaged ({e})') from None
 
 
 def _to_float(value):

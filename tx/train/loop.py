@@ -25,7 +25,7 @@ from tx.config.experiment import ExperimentConfig
 from tx.data import make_pipeline
 from tx.models.build import build_model, count_params
 from tx.tasks import make_task, summarize
-from tx.train import processes, run_dir
+from tx.train import memory, processes, run_dir, run_lock
 from tx.train.checkpoint import Checkpointer
 from tx.train.errors import NonFiniteError
 from tx.train.evaluate import evaluate
@@ -105,6 +105,10 @@ def train(cfg: ExperimentConfig, workdir: str | Path, *, quiet: bool = False,
           final_eval: FinalEval | None = None) -> RunResult:
   """Trains `cfg` into `workdir` (resuming if it holds checkpoints).
 
+  Holds `workdir`'s writer lock (`tx.train.run_lock`: RunLocked if another process writes
+  there) from before its first write until it returns or raises, and refuses a step that
+  cannot fit in memory (`tx.train.memory`, train.memory_check) before writing anything.
+
   final_eval: evaluations run once after the last step, on every process (they may be
   collective), merged into summary['eval'] before summary.json is written. `tx train` and
   `tx sweep` pass `tx.runs.end_of_run_eval` (the train.extrapolation table); see
@@ -128,33 +132,49 @@ def train(cfg: ExperimentConfig, workdir: str | Path, *, quiet: bool = False,
   with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
     abstract, shardings = state_shardings(model, optimizer, cfg.model, mesh, rules,
                                           cfg.train.seed)
-  workdir.mkdir(parents=True, exist_ok=True)
-  if jax.process_index() == 0:
-    run_dir.write_json(workdir / run_dir.CONFIG, run_dir.config_dict(cfg, workdir))
-  _report_data(train_pipe, 'train')
-
-  ckpt = Checkpointer(workdir / run_dir.CHECKPOINTS, keep=cfg.train.keep_checkpoints,
-                      async_save=cfg.train.async_checkpoint, best_metric=cfg.train.best_metric,
-                      best_mode=best_mode(cfg.train.best_metric))
-  writer = run_dir.MetricsWriter(workdir)
+  # One writer per run directory (process 0 holds the lock for the job), taken before
+  # anything is written in it; the step is compiled and its memory checked before config.json,
+  # so a step that cannot fit leaves nothing behind.
+  made = run_dir.make_workdir(workdir)
+  lock = run_lock.hold(workdir)
+  # ckpt, writer and guard are set once the step is known to fit.
+  run = _Run(cfg=cfg, workdir=workdir, task=task, model=model, optimizer=optimizer,
+             schedule=schedule, mesh=mesh, abstract=abstract, shardings=shardings,
+             ckpt=None, writer=None, train_pipe=train_pipe, eval_pipe=eval_pipe,
+             guard=None, start_wall=start_wall)
   try:
-    with jax.set_mesh(mesh), nn.logical_axis_rules(rules), PreemptionGuard() as guard:
-      run = _Run(cfg=cfg, workdir=workdir, task=task, model=model, optimizer=optimizer,
-                 schedule=schedule, mesh=mesh, abstract=abstract, shardings=shardings,
-                 ckpt=ckpt, writer=writer, train_pipe=train_pipe, eval_pipe=eval_pipe,
-                 guard=guard, start_wall=start_wall)
-      state, batches = _restore_or_init(run)
-      compiled, eval_step = _compile(run, state, batches)
-      progress = _progress(run.step, cfg.train.steps, quiet)
-      try:
-        state = _train_steps(run, state, batches, compiled, eval_step, progress)
-      finally:
-        progress.close()
-      ckpt.wait()
-      return _finish(run, state, final_eval)
+    lock.acquire()
+    with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
+      compiled, eval_step = _compile(run)
+  except BaseException:
+    lock.discard()
+    run_dir.remove_made(workdir, made)
+    raise
+  try:
+    if jax.process_index() == 0:
+      run_dir.write_json(workdir / run_dir.CONFIG, run_dir.config_dict(cfg, workdir))
+    _report_data(train_pipe, 'train')
+    run.ckpt = Checkpointer(workdir / run_dir.CHECKPOINTS, keep=cfg.train.keep_checkpoints,
+                            async_save=cfg.train.async_checkpoint,
+                            best_metric=cfg.train.best_metric,
+                            best_mode=best_mode(cfg.train.best_metric))
+    run.writer = run_dir.MetricsWriter(workdir)
+    try:
+      with jax.set_mesh(mesh), nn.logical_axis_rules(rules), PreemptionGuard() as guard:
+        run.guard = guard
+        state, batches = _restore_or_init(run)
+        progress = _progress(run.step, cfg.train.steps, quiet)
+        try:
+          state = _train_steps(run, state, batches, compiled, eval_step, progress)
+        finally:
+          progress.close()
+        run.ckpt.wait()
+        return _finish(run, state, final_eval)
+    finally:
+      run.ckpt.close()
+      run.writer.close()
   finally:
-    ckpt.close()
-    writer.close()
+    lock.release()
 
 
 @dataclasses.dataclass
@@ -201,14 +221,14 @@ def _restore_or_init(run: _Run):
     batches = run.train_pipe.iterator()
     run.writer.drop_after(0)  # rows of a run killed before its first checkpoint
   run.step = int(jax.device_get(state.step))
-  run.params_count = count_params(state.params)
   run.best, run.last_eval = run.meta.get('best_eval'), run.meta.get('last_eval')
   return state, batches
 
 
-def _compile(run: _Run, state, batches):
-  """The train step compiled ahead of time for the global batch, and the jitted eval step;
-  sets the run's FLOPs per step and matmul ceiling (for MFU)."""
+def _compile(run: _Run):
+  """The train step compiled ahead of time for the global batch (from the abstract state:
+  nothing is allocated), checked against the device's memory (train.memory_check), and the
+  jitted eval step; sets the run's parameter count, FLOPs per step and matmul ceiling."""
   cfg, mesh = run.cfg, run.mesh
   train_step = configured_train_step(cfg, run.model, run.task, run.optimizer, run.shardings,
                                      batch_sharding(mesh))
@@ -220,13 +240,19 @@ def _compile(run: _Run, state, batches):
   t0 = time.time()
   compiled = train_step.lower(run.abstract, abstract_batch).compile()
   run.compile_time = time.time() - t0
+  if cfg.train.memory_check:
+    memory.check_fits(compiled)
+  run.params_count = count_params(run.abstract.params)
   length = spec['src'][0][1] if 'src' in spec else spec['inputs'][0][1]
-  run.step_flops = flops_per_step(cfg.model, state.params, batch=rows, length=length,
+  run.step_flops = flops_per_step(cfg.model, run.abstract.params, batch=rows, length=length,
                                   target_length=spec['targets'][0][1])
   run.peak_flops = measure_matmul_ceiling(cfg.model.dtype) * jax.device_count()
+  need = memory.compiled_bytes(compiled)
   say(f'{cfg.name}: {run.params_count:,} params, {run.step_flops / 1e9:.2f} GFLOP/step, '
-      f'compiled in {run.compile_time:.1f}s, {jax.device_count()} device(s) '
-      f'{dict(mesh.shape)}; training to step {cfg.train.steps}')
+      f'compiled in {run.compile_time:.1f}s'
+      + (f' ({memory.format_bytes(need)} per device)' if need is not None else '')
+      + f', {jax.device_count()} device(s) {dict(mesh.shape)}; training to step '
+      f'{cfg.train.steps}')
   return compiled, jax.jit(make_eval_step(run.model, run.task))
 
 

@@ -21,6 +21,9 @@ CONFIG = 'config.json'
 METRICS = 'metrics.jsonl'
 SUMMARY = 'summary.json'
 CHECKPOINTS = 'checkpoints'
+# What to do about a damaged config.json (a run's checkpoints cannot be read without it).
+CONFIG_FIX = ('restore it from a copy, or delete it and rerun `tx train` with the experiment and '
+              '--set values the run was started with (that rewrites it and resumes)')
 
 
 def write_json(path: Path, data) -> None:
@@ -30,8 +33,50 @@ def write_json(path: Path, data) -> None:
   os.replace(tmp, path)
 
 
-def read_json(path: Path):
-  return json.loads(Path(path).read_text())
+def read_json(path: str | Path, *, fix: str = 'restore it from a copy, or delete it and rerun '
+              'the command that wrote it', kind: type = dict, prefix: str = ''):
+  """The JSON object in `path`; ConfigError naming the file and `fix` when it is unreadable,
+  not JSON (truncated by a crash or an edit) or not a `kind` (`prefix` leads the line, e.g.
+  '--workdir: '). A missing file raises FileNotFoundError, which callers check for first."""
+  path = Path(path)
+  try:
+    data = json.loads(path.read_text(encoding='utf-8'))
+  except FileNotFoundError:
+    raise
+  except (OSError, UnicodeDecodeError) as e:
+    raise ConfigError(f'{prefix}{path} is unreadable ({e}); {fix}') from None
+  except ValueError as e:
+    raise ConfigError(f'{prefix}{path} is unreadable (truncated or not JSON: {e}); '
+                      f'{fix}') from None
+  if not isinstance(data, kind):
+    raise ConfigError(f'{prefix}{path} is unreadable (a JSON {type(data).__name__}, not '
+                      f'{kind.__name__}); {fix}')
+  return data
+
+
+def make_workdir(path: Path) -> Path | None:
+  """Creates `path` and its missing parents; returns the topmost directory it created (None
+  when `path` existed), for `remove_made`."""
+  top, probe = None, path
+  while not probe.exists():
+    top, probe = probe, probe.parent
+  path.mkdir(parents=True, exist_ok=True)
+  return top
+
+
+def remove_made(path: Path, top: Path | None) -> None:
+  """Removes the directories `make_workdir` created, from `path` up to `top`, if still empty
+  (a run refused before writing leaves nothing behind)."""
+  if top is None:
+    return
+  while True:
+    try:
+      path.rmdir()
+    except OSError:
+      return
+    if path == top:
+      return
+    path = path.parent
 
 
 def check_workdir(workdir: str | Path, experiment: str) -> Path:
@@ -49,11 +94,8 @@ def check_workdir(workdir: str | Path, experiment: str) -> Path:
     raise ConfigError(f'--workdir: {path} exists and is not a directory')
   config_path = path / CONFIG
   if config_path.exists():
-    try:
-      previous = read_json(config_path).get('name')
-    except (OSError, ValueError):
-      raise ConfigError(f'--workdir: {config_path} is unreadable; remove it or use another '
-                        'workdir') from None
+    previous = read_json(config_path, prefix='--workdir: ',
+                         fix=f'{CONFIG_FIX}, or use another workdir').get('name')
     if previous != experiment:
       raise ConfigError(f'--workdir: {path} holds a run of experiment {previous!r}, not '
                         f'{experiment!r}; use another --workdir')
@@ -67,7 +109,7 @@ def load_run_config(workdir: str | Path):
   if not path.exists():
     raise ConfigError(f'--workdir: {path} not found; point --workdir at a directory made by '
                       '`tx train`')
-  cfg = from_dict(ExperimentConfig, read_json(path))
+  cfg = from_dict(ExperimentConfig, read_json(path, fix=CONFIG_FIX))
   tokenizer = cfg.data.tokenizer_path
   if tokenizer is not None and not Path(tokenizer).expanduser().is_absolute():
     cfg = cfg.replace(data=cfg.data.replace(
@@ -95,12 +137,14 @@ class MetricsWriter:
     path = Path(self._file.name)
     self._file.close()
     kept = []
-    for line in path.read_text().splitlines():
+    # errors='replace': a line torn inside damaged bytes fails to parse and is dropped.
+    for line in path.read_text(encoding='utf-8', errors='replace').splitlines():
       try:
         row = json.loads(line)
       except ValueError:
         continue
-      if isinstance(row, dict) and row.get('step', 0) <= step:
+      row_step = row.get('step', 0) if isinstance(row, dict) else None
+      if isinstance(row_step, int) and row_step <= step:
         kept.append(line + '\n')
     tmp = path.with_name(f'.{path.name}.tmp')
     tmp.write_text(''.join(kept))

@@ -168,5 +168,7 @@ def read_json_object(path: pathlib.Path) -> dict[str, Any]:
   try:
     data = json.loads(path.read_text(encoding='utf-8'))
   except (UnicodeDecodeError, json.JSONDecodeError) as e:
-    raise DataError(f'{path} is not valid JSON ({e})') from None
+    raise DataError(f'{path} is not valid JSON ({e}); restore it from a copy (or, for a run '
+                    'made by tx convert, convert the checkpoint again into a fresh --workdir)'
+                    ) from None
   return data if isinstance(data, dict) else {}

@@ -91,7 +91,8 @@ class HfTokenizer(Tokenizer):
       raise
     except Exception as e:  # pylint: disable=broad-except
       raise DataError(f'{source or HF_FILE} is not a Hugging Face tokenizer.json '
-                      f'({str(e).splitlines()[0] if str(e) else type(e).__name__})') from None
+                      f'({str(e).splitlines()[0] if str(e) else type(e).__name__}); restore '
+                      'the checkpoint\'s tokenizer.json') from None
     self._tok.no_truncation()  # a tokenizer.json may carry truncation / padding settings
     self._tok.no_padding()
     self._vocab_size = 1 + max(self._tok.get_vocab(with_added_tokens=True).values(), default=-1)
