@@ -151,9 +151,9 @@ def growth(result: dict, parametrization: str, kind: str, step: int) -> float:
 
 
 def plot(result: dict, path: Path) -> None:
-  import matplotlib  # pylint: disable=g-import-not-at-top
+  import matplotlib  # pylint: disable=g-import-not-at-top  (heavy: kept off start-up)
   matplotlib.use('Agg')
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top  (heavy: kept off start-up)
   params, shown = list(result['rms']), shown_steps(result['steps'])
   fig, axes = plt.subplots(len(params), len(shown), figsize=(4 * len(shown), 3.4 * len(params)),
                            squeeze=False, sharey='row')
