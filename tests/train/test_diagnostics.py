@@ -166,3 +166,12 @@ def test_a_healthy_run_has_no_divergence(decoder_run):
   rows = [json.loads(l) for l in (workdir / 'metrics.jsonl').read_text().splitlines()]
   train_rows = [r for r in rows if 'loss' in r]
   assert all('diag/attn_logit_max' in r and 'diag/log_z_mean' in r for r in train_rows)
+
+
+def test_loop_train_says_it_skips_extrapolation_without_the_hook(tt, tmp_path, capsys):
+  cfg = tt.config('decoder', train=dict(extrapolation=(1, 2)))
+  blocker = tmp_path / 'a_file'
+  blocker.write_text('not a directory')
+  with pytest.raises(tx.ConfigError):  # the workdir check stops it before any work
+    train(cfg, blocker, quiet=True)
+  assert 'tx.runs.train_run' in capsys.readouterr().err

@@ -115,6 +115,9 @@ def train(cfg: ExperimentConfig, workdir: str | Path, *, quiet: bool = False,
   `tx.runs.train_run`.
   """
   start_wall = time.time()
+  if cfg.train.extrapolation and cfg.task_name == 'causal_lm' and final_eval is None:
+    say('train.extrapolation is evaluated by tx.runs.train_run (what tx train and tx sweep '
+        'run); tx.train.loop.train without final_eval= skips it')
   workdir = run_dir.check_workdir(workdir, cfg.name)
   task = make_task(cfg)
   mesh = make_mesh(cfg.mesh)
