@@ -51,12 +51,19 @@ sweep('lr_z_loss', base='lm_lr_probe', seeds=3,
       baseline={'task.z_loss': 0.0, 'optim.learning_rate': 3e-3},
       description='Wortsman et al. 2023: z-loss 1e-4 against output-logit divergence (no decay)')
 
-sweep('lr_mup_width', base='lm_lr_probe', seeds=3,
+@experiment
+def mup_lr_probe():
+  """lm_lr_probe at 2 layers and 200 steps (warmup 20): the width sweep's d 512 runs stay ~1 min."""
+  return derive('lm_lr_probe', {
+      'model.num_layers': 2, 'train.steps': 200, 'train.eval_every': 200,
+      'train.checkpoint_every': 200, 'optim.warmup_steps': 20, 'model.mup_base_width': 64})
+
+
+sweep('lr_mup_width', base='mup_lr_probe', seeds=3,
       axes=product(axis('model.parametrization', ['standard', 'mup']),
                    zip_(axis('model.d_model', [64, 128, 256, 512]),
                         axis('model.d_ff', [256, 512, 1024, 2048])),
-                   axis('optim.learning_rate', lr_grid(1e-4, 1e-1, per_decade=2))),
-      overrides={'model.mup_base_width': 64},
+                   axis('optim.learning_rate', LRS)),
       baseline={'model.parametrization': 'standard', 'model.d_model': 64, 'model.d_ff': 256,
                 'optim.learning_rate': 1e-3},
       description='Yang et al. 2022: the best LR moves with width under SP, not under muP')
@@ -77,7 +84,19 @@ sweep('lr_mlm_norm_position', base='mlm_lr_probe', seeds=3,
       baseline={'model.norm_position': 'post', 'optim.learning_rate': LRS[3]},
       description='Encoder-only: BERT Post-LN vs Pre-LN masked LM across learning rates')
 
-sweep('lr_mt_label_smoothing', base='mt_multi30k_small', seeds=3,
+
+@experiment
+def mt_lr_probe():
+  """mt_multi30k_small for LR sweeps: cosine (warmup 30) so the rate is the peak, batch 16.
+
+  inverse_sqrt's learning_rate is a multiplier on d_model^-0.5 * warmup^-0.5, not a rate.
+  """
+  return derive('mt_multi30k_small', {
+      'optim.schedule': 'cosine', 'optim.warmup_steps': 30, 'optim.min_learning_rate': 0.0,
+      'train.batch_size': 16, 'train.eval_every': 300, 'train.log_every': 10})
+
+
+sweep('lr_mt_label_smoothing', base='mt_lr_probe', seeds=3,
       axes=product(axis('task.label_smoothing', [0.0, 0.1]),
                    axis('optim.learning_rate', LRS)),
       baseline={'task.label_smoothing': 0.0, 'optim.learning_rate': LRS[3]},
