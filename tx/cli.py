@@ -15,7 +15,8 @@
 Errors a user can cause (an unknown experiment or key, a bad value, a missing file, a
 workdir holding another run) exit with status 2 and one line naming the cause and the
 fix, before anything is compiled or written. A non-finite loss exits with status 1
-(train.nan_policy=stop). SIGTERM / SIGINT during `tx train` or `tx sweep` save a checkpoint at
+(train.nan_policy=stop), and so does a full disk (one line; the latest complete checkpoint
+is kept, and the same command resumes once there is space). SIGTERM / SIGINT during `tx train` or `tx sweep` save a checkpoint at
 the end of the step in flight and exit with 128 + the signal number (143 / 130) and a line
 saying how to resume; a second such signal stops at once.
 """
@@ -28,6 +29,7 @@ from pathlib import Path
 
 from tx import compat
 from tx.errors import UserError  # noqa: F401  (also tx.cli.UserError, as before)
+from tx.errors import DiskFullError, is_disk_full
 
 # Each command imports what it needs when it runs (the imports inside the cmd_* functions):
 # `tx --help`, `tx list` and a usage error stay fast and never import JAX.
@@ -282,12 +284,24 @@ def main(argv=None) -> int:
   except NonFiniteError as e:
     print(f'tx {args.command}: error: {e}', file=sys.stderr)
     return 1
+  except Exception as e:  # pylint: disable=broad-except
+    if not is_disk_full(e):
+      raise
+    message = e if isinstance(e, DiskFullError) else (
+        f'no space left on the device ({_short(e)}); free some space and rerun the same command')
+    print(f'tx {args.command}: error: {message}', file=sys.stderr)
+    return 1
   except Preempted as e:
     print(f'tx {args.command}: stopped: {e}', file=sys.stderr)
     return e.exit_code
   except KeyboardInterrupt:
     print(f'tx {args.command}: interrupted', file=sys.stderr)
     return 130
+
+
+def _short(error: BaseException) -> str:
+  lines = str(error).strip().splitlines()
+  return (lines[0] if lines else type(error).__name__)[:200]
 
 
 if __name__ == '__main__':

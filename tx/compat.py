@@ -22,6 +22,7 @@ CHECKED_AGAINST = {
     'argparse subparsers': 'Python 3.11 argparse',
     'orbax CheckpointManager.metrics': 'orbax-checkpoint 0.12.8',
     'orphaned reads': 'Python 3.11 asyncio, orbax-checkpoint 0.12.8, tensorstore 0.1.86',
+    'orbax save-thread log': 'orbax-checkpoint 0.12.8 (absl logging.exception per failed thread)',
     'without_torch': 'Python 3.11 import system, tensorboardX 2.6.5, torch 2.13.0',
     'cudnn refusals': 'jax 0.10.2 (jax.nn.dot_product_attention, cudnn/fused_attention_stablehlo)',
 }
@@ -145,6 +146,12 @@ def is_callback_into_closed_loop(exc: BaseException | None, tb) -> bool:
 def add_asyncio_log_filter(log_filter: logging.Filter) -> None:
   """Adds `log_filter` to the 'asyncio' logger (where never-retrieved exceptions are logged)."""
   logging.getLogger('asyncio').addFilter(log_filter)
+
+
+def add_orbax_log_filter(log_filter: logging.Filter) -> None:
+  """Adds `log_filter` to the logger Orbax reports its background-thread failures on (absl
+  logging, i.e. the Python logger 'absl', each failed save thread with its traceback)."""
+  logging.getLogger('absl').addFilter(log_filter)
 
 
 def drop_unraisable(drop: Callable[[object], bool]) -> None:

@@ -19,15 +19,19 @@ the directory to `<step>` (on GCS, where rename is not atomic, commit_success.tx
 commit). A process killed before the rename leaves only the tmp directory, which Orbax's step
 listing ignores and the next save of that step overwrites. A committed step can still be damaged
 later (a truncated or deleted file, a half-finished deletion of an old step): `restore` then warns
-and falls back to the previous readable step.
+and falls back to the previous readable step. A save that fills the disk raises
+`tx.errors.DiskFullError` (one line) and removes its tmp directory, so the space it took is free
+again and the previous step stays the latest; nothing is deleted before a step commits.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
 import os
+import shutil
 
 import jax
 import numpy as np
@@ -37,6 +41,7 @@ from orbax.checkpoint import checkpoint_managers as policies
 from jax.experimental import multihost_utils
 
 from tx import compat
+from tx.errors import DiskFullError, is_disk_full
 from tx.train import orphaned_reads
 from tx.train.errors import CheckpointError
 
@@ -61,6 +66,8 @@ class Checkpointer:
     self._best_metric = best_metric
     self._corrupt: set[int] = set()
     self._pending: int | None = None
+    self._disk_full = False  # a save failed for space: reported once, then close() is quiet
+    orphaned_reads.silence()  # a save that fills the disk reports itself once, as one line
     keep_policies = [policies.LatestN(n=keep)]
     best_fn = None
     if best_metric is not None:
@@ -114,20 +121,29 @@ class Checkpointer:
       items['data'] = ocp.args.JsonSave(data_state)
     if meta is not None:
       items['meta'] = ocp.args.JsonSave(meta)
-    started = self._manager.save(step, args=ocp.args.Composite(**items),
-                                 metrics=self._ranking_metrics(metrics, step), force=True)
+    with self._space_checked(step):
+      started = self._manager.save(step, args=ocp.args.Composite(**items),
+                                   metrics=self._ranking_metrics(metrics, step), force=True)
     self._pending = step if started else None
     return bool(started)
 
   def wait(self):
-    """Blocks until the in-flight async save (if any) is committed; re-raises its error."""
-    self._manager.wait_until_finished()
+    """Blocks until the in-flight async save (if any) is committed; re-raises its error
+    (DiskFullError, one line, if the disk filled up)."""
+    with self._space_checked(self._pending):
+      self._manager.wait_until_finished()
     self._pending = None
 
   def close(self):
     """Finishes in-flight saves and releases Orbax's threads."""
-    self._manager.close()
-    self._pending = None
+    try:
+      with self._space_checked(self._pending):
+        self._manager.close()
+    except DiskFullError:
+      if not self._disk_full:  # not reported yet: this is the first word of it
+        raise
+    finally:
+      self._pending = None
 
   def __enter__(self):
     return self
@@ -206,6 +222,36 @@ class Checkpointer:
 
   # ------------------------------------------------------------------------------------- internal
 
+  @contextlib.contextmanager
+  def _space_checked(self, step: int | None):
+    """Turns a disk-full error of Orbax (OSError or TensorStore's ValueError) into one
+    DiskFullError line, after removing the failed step's tmp directory."""
+    try:
+      yield
+    except Exception as e:  # pylint: disable=broad-except
+      if not is_disk_full(e) or isinstance(e, DiskFullError):
+        raise
+      self._remove_unfinished()
+      self._pending = None
+      reported, self._disk_full = self._disk_full, True
+      if reported:
+        raise DiskFullError('checkpoint: the disk is still full') from None
+      latest = sorted(self._manager.all_steps())
+      kept = (f'the latest complete checkpoint, step {latest[-1]}, is kept' if latest
+              else 'no checkpoint was complete yet')
+      what = 'a checkpoint' if step is None else f'checkpoint step {step}'
+      raise DiskFullError(
+          f'{what} was not written: no space left on the device holding {self.directory} '
+          f'({_free_space(self.directory)} free); {kept}. Free some space and rerun the same '
+          'command to resume') from None
+
+  def _remove_unfinished(self):
+    """Deletes `<step>.orbax-checkpoint-tmp` directories (never listed or restored)."""
+    if jax.process_index() != 0 or '://' in os.fspath(self.directory):
+      return
+    for tmp in self.directory.glob('*.orbax-checkpoint-tmp*'):
+      shutil.rmtree(os.fspath(tmp), ignore_errors=True)
+
   def _unreadable_metrics(self, step, error):
     log.warning('checkpoint step %d in %s: unreadable metrics (%s); the step is not ranked',
                 step, self.directory, _one_line(error))
@@ -229,7 +275,6 @@ class Checkpointer:
     return result, None
 
   def _read(self, step, stored, target):
-    orphaned_reads.silence()
     items = {'state': ocp.args.StandardRestore(stored)}
     for name in ('data', 'meta'):
       if (self.directory / str(step) / name).exists():
@@ -293,6 +338,18 @@ class _MetricValue:
     if math.isnan(value):
       return math.inf if self.mode == 'min' else -math.inf
     return value
+
+
+def _free_space(directory) -> str:
+  try:
+    free = shutil.disk_usage(os.fspath(directory)).free
+  except OSError:
+    return 'unknown'
+  for unit in ('B', 'KiB', 'MiB', 'GiB'):
+    if free < 1024 or unit == 'GiB':
+      return f'{free:.0f} {unit}' if unit == 'B' else f'{free:.1f} {unit}'
+    free /= 1024
+  return ''
 
 
 def _absolute(directory):

@@ -1,4 +1,4 @@
-"""Keeps the debris of a failed Orbax read off stderr.
+"""Keeps the debris of a failed Orbax read, or of a save that filled the disk, off stderr.
 
 Orbax reads a step with one asyncio task per array, gathered in a private event loop that it
 closes when the first read fails. The other reads of the damaged step then fail unawaited:
@@ -9,6 +9,11 @@ step's failure once (and falls back or raises CheckpointError), so these traceba
 that would bury a command's one-line error. Only those three shapes are dropped; anything else
 reaches the previous hooks unchanged. How each shape is recognised (the libraries' message
 texts) and how the hooks are installed live in tx/compat.py.
+
+A save that fills the disk leaves the same closed-loop callbacks, and Orbax logs each of its
+failed background threads with a traceback (three or four per save) before the error reaches
+`wait()`; the Checkpointer reports it there as one DiskFullError line, so those log records
+are dropped too (`silence()` covers both; only records whose error says the disk is full).
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from __future__ import annotations
 import logging
 
 from tx import compat
+from tx.errors import is_disk_full
 
 
 class _NeverRetrievedReadErrors(logging.Filter):
@@ -26,6 +32,13 @@ class _NeverRetrievedReadErrors(logging.Filter):
     return not (compat.NEVER_RETRIEVED in first_line and compat.is_orbax_read_error(exc))
 
 
+class _DiskFullSaveThreads(logging.Filter):
+
+  def filter(self, record):
+    exc = record.exc_info[1] if record.exc_info else None
+    return not (record.levelno >= logging.ERROR and is_disk_full(exc))
+
+
 def _is_read_debris(unraisable) -> bool:
   exc = unraisable.exc_value
   return (compat.is_orbax_read_error(exc)
@@ -33,14 +46,16 @@ def _is_read_debris(unraisable) -> bool:
 
 
 _FILTER = _NeverRetrievedReadErrors()
+_SAVE_FILTER = _DiskFullSaveThreads()
 _installed = False
 
 
 def silence() -> None:
-  """Installs the asyncio log filter and the unraisable hook, once per process."""
+  """Installs the log filters and the unraisable hook, once per process."""
   global _installed
   if _installed:
     return
   _installed = True
   compat.add_asyncio_log_filter(_FILTER)
+  compat.add_orbax_log_filter(_SAVE_FILTER)
   compat.drop_unraisable(_is_read_debris)
