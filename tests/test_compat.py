@@ -212,6 +212,33 @@ def test_a_callback_into_a_closed_loop_is_recognised():
   assert not compat.is_callback_into_closed_loop(RuntimeError('Event loop is closed'), None)
 
 
+def test_a_failed_orbax_save_thread_logs_on_the_filtered_logger():
+  """Orbax's background threads report their failure with absl's logging.exception, i.e. on
+  the Python logger add_orbax_log_filter filters, with the error as exc_info."""
+  seen = []
+
+  class Record(logging.Filter):
+
+    def filter(self, record):
+      seen.append(record.exc_info[1] if record.exc_info else None)
+      return False
+
+  error = OSError(28, 'No space left on device')
+  with entry('orbax save-thread log'):
+    from orbax.checkpoint._src.futures import future  # pylint: disable=g-import-not-at-top
+    thread = future._SignalingThread(  # pylint: disable=protected-access
+        send_signals=[], receive_signals=[], target=lambda: (_ for _ in ()).throw(error))
+    record = Record()
+    compat.add_orbax_log_filter(record)
+    try:
+      thread.start()
+      with pytest.raises(OSError):  # join() re-raises the thread's error
+        thread.join()
+    finally:
+      logging.getLogger('absl').removeFilter(record)
+    assert error in seen, seen
+
+
 def test_drop_unraisable_chains_the_previous_hook(monkeypatch):
   passed = []
   monkeypatch.setattr(sys, 'unraisablehook', lambda u: passed.append(u.exc_value))
