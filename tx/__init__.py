@@ -10,7 +10,7 @@ one part (say tx.ops from another JAX project) does not import the others.
 
 import importlib
 
-from tx.config import ConfigError, DataConfig, ModelConfig, MoEConfig
+from tx.config import ConfigError, DataConfig, ModelConfig, MoEConfig, RopeScalingConfig
 
 _LAZY = {'build_model': 'tx.models', 'count_params': 'tx.models', 'init_params': 'tx.models'}
 

@@ -119,3 +119,12 @@ def test_coordinate_check_is_flat_under_mup_and_grows_under_standard():
   assert 0.5 < mup_check.growth(result, 'mup', 'logits', 3) < 1.4
   assert mup_check.growth(result, 'standard', 'logits', 3) > 1.6
   assert mup_check.growth(result, 'mup', 'embedding', 3) == pytest.approx(1.0, abs=0.3)
+
+
+def test_lr_multipliers_of_a_scanned_local_global_pattern():
+  """A scanned group's stack/layers/block_i parameters get the multipliers of layer_i."""
+  cfg = tiny(64, scan_layers=True, attention_window=4, attention_pattern='local,global')
+  shapes = jax.eval_shape(lambda: nn.unbox(init_params(cfg, jax.random.key(0))))
+  mults = flat(mup.lr_multipliers(shapes, cfg, 'adamw'))
+  assert mults['decoder/stack/layers/block_1/ffn/wi/kernel'] == pytest.approx(0.5)
+  assert mults['decoder/stack/layers/block_0/self_attention_norm/scale'] == 1.0

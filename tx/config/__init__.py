@@ -5,3 +5,4 @@ from tx.config.base import (ConfigError, choice, config, fail, flatten, from_dic
 from tx.config.data import DataConfig
 from tx.config.model import ModelConfig, MoEConfig
 from tx.config.optim import OptimConfig
+from tx.config.rope import RopeScalingConfig

@@ -9,21 +9,31 @@ Unsupported combinations (each rejected with a message naming the field):
 - `num_heads` not divisible by `num_kv_heads`; `d_model` not divisible by
   `num_heads` unless `head_dim` is set;
 - `moe.top_k` > `moe.num_experts`;
+- `rope_scaling.kind` other than 'none' or `rope_interleaved` without a rotary position;
+  `rope_scaling.kind='dynamic'` with a rotary dimension of 2;
+- `sandwich_norm` or `parallel_block` with post-norm; `parallel_block` on an
+  encoder-decoder (its decoder blocks have cross-attention);
+- `query_pre_attn_scalar` with `scale_attention=False` or under muP;
 - `share_embeddings=True` on an encoder-decoder needs `src_vocab_size` unset or equal
   to `vocab_size`;
 - `type_vocab_size` > 0 only for the encoder family;
-- `num_classes` > 0 only for the encoder family.
+- `num_classes` > 0 only for the encoder family;
+- `attention_pattern` other than 'local' without an `attention_window`, a pattern
+  without a local layer, and under `scan_layers` a stack whose layer count is not a
+  multiple of the pattern's period.
 """
 
 from __future__ import annotations
 
 from tx.config.base import choice, config, fail, nested
 from tx.config.choices import DTYPES, FFN_ACTIVATIONS, POSITION_KINDS, ROTARY
+from tx.config.rope import RopeScalingConfig
 
 FAMILIES = ('decoder', 'encoder', 'encoder_decoder')
 POSITIONS = tuple(POSITION_KINDS)  # the tables live in tx/config/choices.py
 FFNS = tuple(FFN_ACTIVATIONS)
 REMAT_POLICIES = ('none', 'full', 'dots', 'dots_no_batch', 'attention')
+ATTENTION_KINDS = ('local', 'global')  # the words of model.attention_pattern
 
 
 @config
@@ -69,9 +79,12 @@ class ModelConfig:
   position: str = choice(*POSITIONS)
   rope_theta: float = 10000.0
   rope_fraction: float = 1.0  # fraction of head_dim rotated (GPT-NeoX rotary_pct)
+  rope_interleaved: bool = False  # rotate pairs (x0, x1), (x2, x3) .. (GPT-J), not halves
+  rope_scaling: RopeScalingConfig = nested(RopeScalingConfig)  # context extension (HF rope_type)
   t5_num_buckets: int = 32
   t5_max_distance: int = 128
   scale_attention: bool = True  # False: no 1/sqrt(d_k) (T5)
+  query_pre_attn_scalar: float | None = None  # score scale its ** -0.5; None = head_dim (Gemma 2)
   # Stability knobs (Dehghani et al. 2023; Wortsman et al. 2023; Gemma-2):
   qk_norm: str = choice('none', 'layernorm', 'rmsnorm')  # per-head q, k norm before RoPE
   attention_softcap: float = 0.0  # c * tanh(score / c) before the softmax; 0 = off
@@ -87,6 +100,10 @@ class ModelConfig:
   norm_bias: bool = True  # LayerNorm bias (RMSNorm never has one)
   final_norm: bool | None = None  # None = True for pre-norm stacks, False for post
   embed_norm: bool = False  # norm after the embeddings (BERT, BLOOM)
+  norm_scale_offset: bool = False  # every norm: x̂ * (1 + scale), scale initialised at 0 (Gemma)
+  sandwich_norm: bool = False  # pre-norm sublayers also normed on output: x + norm(f(norm(x)))
+  # x + attn(norm(x)) + ffn(norm(x)): 'two_norms' (GPT-NeoX), 'shared_norm' (GPT-J, PaLM)
+  parallel_block: str = choice('none', 'two_norms', 'shared_norm')
 
   ffn: str = choice(*FFNS, default='gelu')
   moe: MoEConfig = nested(MoEConfig)
@@ -112,6 +129,15 @@ class ModelConfig:
   # masked keys (ops.dot_product_attention): 0 = one block per 64 queries, at most 4;
   # 1 = one block (the full L x L scores); n = n blocks. Same result either way.
   attention_causal_blocks: int = 0
+  # Sliding-window (local) self-attention, as in Mistral (every layer) and Gemma-2 (local
+  # and global layers alternating). A local layer's query at position i sees the keys at
+  # positions i - W + 1 .. i in a decoder (W keys, itself included) and |i - j| < W in an
+  # encoder; cross-attention is never local. 0 = every layer global.
+  attention_window: int = 0
+  # Which self-attention layers are local: a comma list of local / global repeated over
+  # each stack from its first layer ('local' = all; 'local,global' = Gemma-2: even layers
+  # local). Only with attention_window > 0.
+  attention_pattern: str = 'local'
 
   def validate(self):
     positive = ('vocab_size', 'd_model', 'num_heads', 'd_ff', 'max_len', 'num_layers')
@@ -140,6 +166,7 @@ class ModelConfig:
         fail('model.position',
              f'rope needs an even rotary dimension, got {self.rotary_dim} '
              f'(head_dim={self.resolved_head_dim} x rope_fraction={self.rope_fraction})')
+    self._validate_architecture_knobs()
     for name in ('attention_softcap', 'logits_softcap'):
       if getattr(self, name) < 0:
         fail(f'model.{name}', f'must be >= 0 (0 = off), got {getattr(self, name)}')
@@ -157,6 +184,7 @@ class ModelConfig:
       fail('model.t5_num_buckets',
            'needs >= 2 buckets and model.t5_max_distance > num_buckets/4 '
            f'(got {self.t5_num_buckets}, {self.t5_max_distance})')
+    self._validate_window()
     if self.scan_layers and self.is_moe and self.moe.every > 1:
       fail('model.scan_layers', 'scanned layers must be identical; use model.moe.every=1 '
            'or model.scan_layers=False')
@@ -172,6 +200,77 @@ class ModelConfig:
         and self.src_vocab_size not in (None, self.vocab_size)):
       fail('model.share_embeddings',
            'a shared embedding needs model.src_vocab_size unset or equal to model.vocab_size')
+
+  def _validate_window(self):
+    if self.attention_window < 0:
+      fail('model.attention_window',
+           f'must be >= 0 (0 = global attention), got {self.attention_window}')
+    kinds = tuple(k.strip() for k in self.attention_pattern.split(','))
+    if any(k not in ATTENTION_KINDS for k in kinds):
+      fail('model.attention_pattern', f'must be a comma list of {" / ".join(ATTENTION_KINDS)} '
+           f"(e.g. 'local' or 'local,global'), got {self.attention_pattern!r}")
+    if 'local' not in kinds:
+      fail('model.attention_pattern', f'{self.attention_pattern!r} has no local layer; set '
+           'model.attention_window=0 for global attention everywhere')
+    if not self.attention_window:
+      if kinds != ('local',):
+        fail('model.attention_pattern', f'{self.attention_pattern!r} needs '
+             'model.attention_window > 0 (0 = every layer global)')
+      return
+    period = self.attention_period
+    stacks = ((('num_encoder_layers', self.encoder_layers),
+               ('num_decoder_layers', self.decoder_layers))
+              if self.family == 'encoder_decoder' else (('num_layers', self.num_layers),))
+    for name, n in stacks if self.scan_layers else ():
+      if n % period:
+        fail(f'model.{name}', f'{n} layers do not split into scanned groups of the '
+             f'{period}-layer model.attention_pattern {self.attention_pattern!r}; use a '
+             'multiple of it or model.scan_layers=False')
+
+  @property
+  def attention_period(self) -> int:
+    """The length of the smallest repeating unit of `attention_pattern` (1 if uniform)."""
+    kinds = tuple(k.strip() for k in self.attention_pattern.split(','))
+    return next(p for p in range(1, len(kinds) + 1)
+                if len(kinds) % p == 0 and kinds == kinds[:p] * (len(kinds) // p))
+
+  def layer_windows(self, num_layers: int) -> tuple[int, ...]:
+    """The self-attention window of each of a stack's `num_layers` layers (0 = global)."""
+    if not self.attention_window:
+      return (0,) * num_layers
+    kinds = [k.strip() for k in self.attention_pattern.split(',')]
+    return tuple(self.attention_window if kinds[i % len(kinds)] == 'local' else 0
+                 for i in range(num_layers))
+
+  def _validate_architecture_knobs(self):
+    """RoPE layout / scaling, block structure and score scale."""
+    rotary = self.position_kind == ROTARY
+    if self.rope_scaling.kind != 'none' and not rotary:
+      fail('model.rope_scaling.kind', f'{self.rope_scaling.kind!r} scales RoPE; it needs '
+           f'model.position=rope (got {self.position!r}) or kind none')
+    if self.rope_interleaved and not rotary:
+      fail('model.rope_interleaved', f'is a RoPE layout; it needs model.position=rope '
+           f'(got {self.position!r})')
+    if rotary and self.rope_scaling.kind == 'dynamic' and self.rotary_dim <= 2:
+      fail('model.rope_scaling.kind', f"'dynamic' needs a rotary dimension > 2, got "
+           f'{self.rotary_dim}')
+    for name in ('sandwich_norm', 'parallel_block'):
+      if getattr(self, name) not in (False, 'none') and self.norm_position != 'pre':
+        fail(f'model.{name}', 'needs model.norm_position=pre (post-norm blocks already '
+             'norm each residual sum)')
+    if self.parallel_block != 'none' and self.family == 'encoder_decoder':
+      fail('model.parallel_block', 'is not defined for blocks with cross-attention; use '
+           'none with family=encoder_decoder')
+    if self.query_pre_attn_scalar is not None:
+      if self.query_pre_attn_scalar <= 0:
+        fail('model.query_pre_attn_scalar',
+             f'must be > 0 or None, got {self.query_pre_attn_scalar}')
+      if not self.scale_attention:
+        fail('model.query_pre_attn_scalar', 'sets the score scale, which '
+             'model.scale_attention=False turns off; set one of them')
+      if self.parametrization == 'mup':
+        fail('model.query_pre_attn_scalar', "a fixed score scale conflicts with muP's "
+             '1/head_dim; use None with model.parametrization=mup')
 
   @property
   def position_kind(self) -> str:

@@ -8,6 +8,8 @@ reference exactly or fails saying which field is the reason.
 
 from __future__ import annotations
 
+import functools
+
 from tx.config.base import ConfigError
 
 # config.json activation names -> tx FFN activation names (HF "gelu" is the exact erf form;
@@ -70,13 +72,20 @@ class HFConfig:
 # Knobs no exported layout (GPT-2, LLaMA) has a place for: their tx defaults.
 NOT_EXPORTABLE = dict(qk_norm='none', attention_softcap=0.0, logits_softcap=0.0,
                       parametrization='standard')
+# Issue 20 architecture knobs (dotted names are nested fields).
+NOT_EXPORTABLE.update({'rope_scaling.kind': 'none', 'rope_interleaved': False,
+                       'sandwich_norm': False, 'parallel_block': 'none',
+                       'query_pre_attn_scalar': None, 'norm_scale_offset': False})
+
+NOT_EXPORTABLE['attention_window'] = 0  # sliding-window attention: no field in GPT-2 / LLaMA
 
 
 def check_fields(cfg, wanted: dict, arch: str) -> None:
   """ConfigError naming the first `model.*` field of `cfg` that `arch` cannot express."""
   for name, value in {**wanted, **NOT_EXPORTABLE}.items():
-    if getattr(cfg, name) != value:
-      raise ConfigError(f'model.{name}={getattr(cfg, name)!r}: {arch} export needs {value!r}')
+    got = functools.reduce(getattr, name.split('.'), cfg)
+    if got != value:
+      raise ConfigError(f'model.{name}={got!r}: {arch} export needs {value!r}')
   if cfg.is_moe or not cfg.use_final_norm:
     raise ConfigError(f'model.moe / model.final_norm: {arch} export needs a dense FFN and a '
                       'final norm')

@@ -8,7 +8,8 @@ import jax.numpy as jnp
 from jax.ad_checkpoint import checkpoint_name
 
 from tx import ops
-from tx.config.base import choice, config, fail
+from tx.config.base import choice, config, fail, nested
+from tx.config.rope import RopeScalingConfig
 from tx.layers.common import DenseGeneral, constrain
 from tx.layers.norm import Norm, NormConfig
 
@@ -23,26 +24,41 @@ class AttentionConfig:
   dropout: float = 0.0  # on the attention weights
   scale: bool = True  # False: no 1/sqrt(d_k) (T5 folds it into the init)
   scale_multiplier: float = 1.0  # times the score scale (muP: sqrt(base head_dim / head_dim))
+  query_pre_attn_scalar: float | None = None  # score scale its ** -0.5 (Gemma 2); None = head_dim
   qk_norm: str = choice('none', 'layernorm', 'rmsnorm')  # per-head q and k, before RoPE
   qk_norm_eps: float = 1e-6
+  qk_norm_scale_offset: bool = False  # q/k norm scales as (1 + scale) (NormConfig.scale_offset)
   softcap: float = 0.0  # c * tanh(score / c) before the softmax; 0 = off
   rope: bool = False
   rope_theta: float = 10000.0
   rope_fraction: float = 1.0
+  rope_interleaved: bool = False  # GPT-J pairs (x0, x1), (x2, x3) ... instead of halves
+  rope_scaling: RopeScalingConfig = nested(RopeScalingConfig)  # with original_max_len set
   implementation: str = choice('auto', 'xla', 'einsum', 'cudnn')
   # > 1 (or 0 = by length) promises a causal mask: self-attention without a cache then
   # runs in query blocks that skip the hidden keys (ops.dot_product_attention).
   causal_blocks: int = 1
+  # > 0: a local (sliding-window) self-attention layer. The caller's mask must hide the
+  # keys outside the window (tx.models builds it: ops.sliding_window_mask); the window
+  # lets causal query blocks skip the keys W or more slots back, and with decode=True
+  # the cache is a ring of min(W, allocated length) slots (`_update_ring`).
+  window: int = 0
   dtype: str = 'float32'
   param_dtype: str = 'float32'
 
   def validate(self):
     if self.causal_blocks < 0:
       fail('causal_blocks', f'must be >= 0 (0 = by length, 1 = off), got {self.causal_blocks}')
+    if self.window < 0:
+      fail('window', f'must be >= 0 (0 = global attention), got {self.window}')
     if self.num_heads % self.kv_heads:
       fail('num_kv_heads', f'{self.kv_heads} does not divide num_heads={self.num_heads}')
     if self.head_dim is None and self.d_model % self.num_heads:
       fail('d_model', f'{self.d_model} is not divisible by num_heads={self.num_heads}')
+    if self.rope_scaling.kind != 'none' and self.rope_scaling.original_max_len is None:
+      fail('rope_scaling', f'kind={self.rope_scaling.kind!r} needs original_max_len set')
+    if self.query_pre_attn_scalar is not None and self.query_pre_attn_scalar <= 0:
+      fail('query_pre_attn_scalar', f'must be > 0 or None, got {self.query_pre_attn_scalar}')
 
   @property
   def kv_heads(self) -> int:
@@ -54,8 +70,10 @@ class AttentionConfig:
 
   @property
   def score_scale(self) -> float:
-    """The factor on q·kᵀ: 1/sqrt(head_dim) (or 1 when scale=False) x scale_multiplier."""
-    return (self.dim ** -0.5 if self.scale else 1.0) * self.scale_multiplier
+    """The factor on q·kᵀ: 1/sqrt(query_pre_attn_scalar or head_dim) (or 1 when
+    scale=False) x scale_multiplier."""
+    base = self.dim if self.query_pre_attn_scalar is None else self.query_pre_attn_scalar
+    return (base ** -0.5 if self.scale else 1.0) * self.scale_multiplier
 
 
 class MultiHeadAttention(nn.Module):
@@ -67,7 +85,9 @@ class MultiHeadAttention(nn.Module):
   With `decode=True` keys and values are kept in the 'cache' collection: the first call
   (at init) allocates a cache as long as its input; later calls write their L new
   keys/values at `cache_index` and attend over the whole cache, so `mask`/`bias` must
-  then cover the cache length S_max (the model builds them).
+  then cover the cache length S_max (the model builds them). A local layer
+  (`cfg.window` > 0) keeps a ring of min(window, S_max) slots instead and attends over
+  [ring, new keys]: R + L keys, masked by the model's local mask (`_update_ring`).
 
   Cross-attention (`cross=True`) with `decode=True` projects the encoder output once:
   a call given `kv` stores its keys/values in the cache, a call with `kv=None` reuses
@@ -92,7 +112,8 @@ class MultiHeadAttention(nn.Module):
     RoPE and the dot product (Dehghani et al. 2023; Wortsman et al. 2023)."""
     cfg = self.cfg
     return Norm(NormConfig(kind=cfg.qk_norm, eps=cfg.qk_norm_eps, use_bias=False, axis='kv',
-                           dtype=cfg.dtype, param_dtype=cfg.param_dtype), name=name)(x_BLHD)
+                           scale_offset=cfg.qk_norm_scale_offset, dtype=cfg.dtype,
+                           param_dtype=cfg.param_dtype), name=name)(x_BLHD)
 
   @nn.compact
   def __call__(self, x_BLD, kv_BSD=None, *, mask=None, bias=None, q_pos_BL=None, k_pos_BS=None,
@@ -113,12 +134,14 @@ class MultiHeadAttention(nn.Module):
       q_BLHD = self._qk_norm('query_norm', q_BLHD)
 
     if cfg.rope:
-      q_BLHD = ops.apply_rope(q_BLHD, q_pos_BL, cfg.rope_theta, cfg.rope_fraction)
+      rope = dict(scaling=cfg.rope_scaling, interleaved=cfg.rope_interleaved)
+      q_BLHD = ops.apply_rope(q_BLHD, q_pos_BL, cfg.rope_theta, cfg.rope_fraction, **rope)
       k_BSKD = ops.apply_rope(k_BSKD, q_pos_BL if k_pos_BS is None else k_pos_BS,
-                              cfg.rope_theta, cfg.rope_fraction)
+                              cfg.rope_theta, cfg.rope_fraction, **rope)
 
     if self.decode and is_self:
-      k_BSKD, v_BSKD = self._update_cache(k_BSKD, v_BSKD, cache_index)
+      update = self._update_ring if cfg.window else self._update_cache
+      k_BSKD, v_BSKD = update(k_BSKD, v_BSKD, cache_index)
     if self.is_mutable_collection('diagnostics'):  # training with train.diagnostics on
       self.sow('diagnostics', 'attn_logit_max',
                ops.max_attention_logit(q_BLHD, k_BSKD, cfg.score_scale))
@@ -128,12 +151,12 @@ class MultiHeadAttention(nn.Module):
       dropout_rng = self.make_rng('dropout')
     blocks = 1
     if is_self and not self.decode:
-      blocks = _causal_blocks(cfg.causal_blocks, q_BLHD.shape[1])
+      blocks = _causal_blocks(cfg.causal_blocks, q_BLHD.shape[1], cfg.window)
     result = ops.dot_product_attention(
         q_BLHD, k_BSKD, v_BSKD, mask=mask, bias=bias,
         scale=cfg.score_scale, softcap=cfg.softcap, implementation=cfg.implementation,
         return_weights=return_weights, dropout_rate=cfg.dropout if dropout_rng is not None else 0.0,
-        dropout_rng=dropout_rng, causal_blocks=blocks)
+        dropout_rng=dropout_rng, causal_blocks=blocks, window=cfg.window if blocks > 1 else 0)
     if return_weights:
       out_BLHD, weights_BHLS = result
       self.sow('intermediates', 'attention_weights', weights_BHLS)
@@ -163,6 +186,30 @@ class MultiHeadAttention(nn.Module):
           cached.value, _heads_first(new).astype(cached.value.dtype), start)
     return _heads_first(cached_k.value), _heads_first(cached_v.value)
 
+  def _update_ring(self, k_BLKD, v_BLKD, cache_index):
+    """A local layer's cache: a ring of R = min(window, S_max) slots, token t in slot t mod R.
+
+    Returns concat(ring before this call, the new keys/values) [B, R + L, K, D] (the
+    model's local mask covers that layout), then writes the last min(L, R) new
+    keys/values into their slots. R does not grow with the decode length once it reaches
+    the window, so the cache holds O(window) keys; while R < window nothing wraps, and
+    zero-padding a grown cache (`tx.decode.steps.padded_cache`) keeps every slot.
+    """
+    initialized = self.has_variable('cache', 'cached_key')
+    b, l, kv_heads, dim = k_BLKD.shape
+    shape_BKRD = (b, kv_heads, min(self.cfg.window, l), dim)  # at init, l = S_max
+    cached_k = self.variable('cache', 'cached_key', jnp.zeros, shape_BKRD, k_BLKD.dtype)
+    cached_v = self.variable('cache', 'cached_value', jnp.zeros, shape_BKRD, v_BLKD.dtype)
+    if not initialized:  # the allocating call at init attends over its own input only
+      return k_BLKD, v_BLKD
+    out = []
+    for cached, new in ((cached_k, k_BLKD), (cached_v, v_BLKD)):
+      ring_BKRD = cached.value
+      out.append(jnp.concatenate([_heads_first(ring_BKRD).astype(new.dtype), new], axis=1))
+      cached.value = write_ring(ring_BKRD, _heads_first(new).astype(ring_BKRD.dtype),
+                                cache_index, axis=2)
+    return tuple(out)
+
   def _cross_cache(self, kv_BSD):
     """Cross keys/values [B, S, K, D]: projected from kv and cached, or read from the cache."""
     cfg = self.cfg
@@ -188,7 +235,30 @@ def _heads_first(x):
   return jnp.swapaxes(x, 1, 2)
 
 
-def _causal_blocks(blocks: int, length: int) -> int:
+def write_ring(ring, new, index, *, axis: int):
+  """`ring` with the last min(L, R) entries of `new` written at slots (index + i) mod R.
+
+  ring: R slots on `axis`; new: L entries on `axis` (other axes equal), the entries of
+  tokens index, index + 1, ..., index + L - 1 (index may be traced); token t lives in
+  slot t mod R, so after the write the ring holds the last R tokens written.
+  """
+  r, l = ring.shape[axis], new.shape[axis]
+  n = min(l, r)
+  new = jax.lax.slice_in_dim(new, l - n, l, axis=axis)
+  first = (index + l - n) % r
+  if n == 1:
+    return jax.lax.dynamic_update_slice_in_dim(ring, new, first, axis)
+  slots = (first + jnp.arange(n)) % r
+  return ring.at[(slice(None),) * (axis % ring.ndim) + (slots,)].set(new)
+
+
+def _causal_blocks(blocks: int, length: int, window: int = 0) -> int:
   """0 = by length: blocks of >= 64 queries, at most 4 (measured on CPU: shorter blocks
-  cost more dispatch and slicing than their skipped scores save; benchmarks/NOTES.md)."""
-  return blocks or max(1, min(4, length // 64))
+  cost more dispatch and slicing than their skipped scores save; benchmarks/NOTES.md).
+  Under a sliding window each block reads about its own length plus the window, so by
+  length blocks are max(64, window) queries long, at most 8 (not measured beyond 4)."""
+  if blocks:
+    return blocks
+  if window:
+    return max(1, min(8, length // max(64, window)))
+  return max(1, min(4, length // 64))

@@ -16,6 +16,7 @@ class NormConfig:
   eps: float = 1e-6
   use_bias: bool = True  # LayerNorm only; RMSNorm has neither mean nor bias (T5, LLaMA)
   axis: str = 'embed'  # logical axis of scale / bias ('kv' for per-head q/k norms)
+  scale_offset: bool = False  # True: multiply by (1 + scale), scale initialised at 0 (Gemma)
   dtype: str = 'float32'
   param_dtype: str = 'float32'
 
@@ -26,6 +27,10 @@ class Norm(nn.Module):
   layernorm: (x - mean) / sqrt(var + eps) * scale + bias
   rmsnorm:   x / sqrt(mean(x^2) + eps) * scale
   x [..., D] -> [..., D]
+
+  With `scale_offset` the factor is (1 + scale) and `scale` starts at 0 (Gemma's
+  RMSNorm), so a checkpoint stored that way loads bitwise; at init both forms are the
+  identity factor.
   """
   cfg: NormConfig
 
@@ -38,9 +43,10 @@ class Norm(nn.Module):
       x32 = x32 - jnp.mean(x32, axis=-1, keepdims=True)
     var = jnp.mean(jnp.square(x32), axis=-1, keepdims=True)
     y = x32 * jax.lax.rsqrt(var + cfg.eps)
-    scale = self.param('scale', partitioned(nn.initializers.ones, (cfg.axis,)), (d,),
-                       dtype(cfg.param_dtype))
-    y = y * scale.astype(jnp.float32)
+    init = nn.initializers.zeros if cfg.scale_offset else nn.initializers.ones
+    scale = self.param('scale', partitioned(init, (cfg.axis,)), (d,), dtype(cfg.param_dtype))
+    scale = scale.astype(jnp.float32)
+    y = y * (1.0 + scale if cfg.scale_offset else scale)
     if cfg.kind == 'layernorm' and cfg.use_bias:
       bias = self.param('bias', partitioned(nn.initializers.zeros, (cfg.axis,)), (d,),
                         dtype(cfg.param_dtype))

@@ -1,8 +1,9 @@
 """Masks and position biases for a stack's self-attention, built once per forward pass.
 
-Every layer of a stack receives the same mask and bias: ALiBi's fixed slopes and T5's
-learned bucket table (held by the stack, as in T5 where the first layer owns it) are
-computed here, not in each layer.
+Every global layer of a stack receives the same mask and bias, every local (sliding-
+window) layer the same local mask and bias: ALiBi's fixed slopes and T5's learned bucket
+table (held by the stack, as in T5 where the first layer owns it) are computed here, not
+in each layer.
 """
 
 from __future__ import annotations
@@ -41,6 +42,14 @@ def self_attention_mask(valid_BL, segment_ids_BL=None, *, causal: bool):
     l = valid_BL.shape[1]
     mask = ops.combine_masks(mask, ops.causal_mask(l))
   return mask
+
+
+def local_attention_mask(mask, q_pos_BL, k_pos_BS, window: int, *, causal: bool):
+  """`mask` [B|1, 1, L, S] restricted to a sliding window of `window` positions: a query
+  at position i keeps the keys at i - window + 1 .. i (causal) or |i - j| < window
+  (bidirectional); ops.sliding_window_mask has the correspondence with transformers."""
+  window_B1LS = ops.sliding_window_mask(q_pos_BL, k_pos_BS, window, bidirectional=not causal)
+  return ops.combine_masks(mask, window_B1LS)
 
 
 class PositionBias(nn.Module):

@@ -13,6 +13,7 @@ import functools
 from tx import ops
 from tx.config.choices import EMBEDDING, ROTARY
 from tx.config.model import ModelConfig
+from tx.config.rope import RopeScalingConfig
 from tx.layers.attention import AttentionConfig
 from tx.layers.block import BlockConfig
 from tx.layers.embed import EmbedConfig, PositionConfig, PositionEmbedding
@@ -23,21 +24,35 @@ from tx.layers.relative_bias import RelativeBiasConfig, RelativePositionBias
 
 
 def norm_config(cfg: ModelConfig) -> NormConfig:
-  return NormConfig(kind=cfg.norm, eps=cfg.norm_eps, use_bias=cfg.norm_bias, dtype=cfg.dtype,
+  return NormConfig(kind=cfg.norm, eps=cfg.norm_eps, use_bias=cfg.norm_bias,
+                    scale_offset=cfg.norm_scale_offset, dtype=cfg.dtype,
                     param_dtype=cfg.param_dtype)
 
 
-def attention_config(cfg: ModelConfig, *, cross: bool = False,
-                     causal: bool = False) -> AttentionConfig:
-  """causal: the decoder's self-attention (its query blocks may skip masked keys)."""
+def rope_scaling_config(cfg: ModelConfig) -> RopeScalingConfig:
+  """`model.rope_scaling` with original_max_len resolved (None = model.max_len)."""
+  s = cfg.rope_scaling
+  if s.kind == 'none' or s.original_max_len is not None:
+    return s
+  return s.replace(original_max_len=cfg.max_len)
+
+
+def attention_config(cfg: ModelConfig, *, cross: bool = False, causal: bool = False,
+                     window: int = 0) -> AttentionConfig:
+  """causal: the decoder's self-attention (its query blocks may skip masked keys);
+  window: > 0 for a local self-attention layer (`ModelConfig.layer_windows`)."""
   return AttentionConfig(
       d_model=cfg.d_model, num_heads=cfg.num_heads, num_kv_heads=cfg.num_kv_heads,
       head_dim=cfg.head_dim, use_bias=cfg.use_bias, dropout=cfg.attention_dropout,
       scale=cfg.scale_attention, qk_norm=cfg.qk_norm, qk_norm_eps=cfg.norm_eps,
+      query_pre_attn_scalar=cfg.query_pre_attn_scalar,
+      qk_norm_scale_offset=cfg.norm_scale_offset,
       softcap=cfg.attention_softcap, rope=cfg.position_kind == ROTARY and not cross,
       rope_theta=cfg.rope_theta, rope_fraction=cfg.rope_fraction,
+      rope_interleaved=cfg.rope_interleaved, rope_scaling=rope_scaling_config(cfg),
       implementation=cfg.attention_impl, scale_multiplier=mup_attention_multiplier(cfg),
-      causal_blocks=cfg.attention_causal_blocks if causal else 1, dtype=cfg.dtype,
+      causal_blocks=cfg.attention_causal_blocks if causal else 1,
+      window=0 if cross else window, dtype=cfg.dtype,
       param_dtype=cfg.param_dtype)
 
 
@@ -65,19 +80,23 @@ def moe_config(cfg: ModelConfig) -> MoELayerConfig:
 
 
 def block_config(cfg: ModelConfig, *, cross: bool = False, moe: bool = False,
-                 causal: bool = False) -> BlockConfig:
+                 causal: bool = False, window: int = 0) -> BlockConfig:
   return BlockConfig(
-      attention=attention_config(cfg, causal=causal), norm=norm_config(cfg),
+      attention=attention_config(cfg, causal=causal, window=window), norm=norm_config(cfg),
       ffn=None if moe else ffn_config(cfg), moe=moe_config(cfg) if moe else None,
       cross_attention=attention_config(cfg, cross=True) if cross else None,
-      norm_position=cfg.norm_position, dropout=cfg.dropout)
+      norm_position=cfg.norm_position, dropout=cfg.dropout, sandwich_norm=cfg.sandwich_norm,
+      parallel=cfg.parallel_block)
 
 
 def block_configs(cfg: ModelConfig, num_layers: int, *, cross: bool = False,
                   causal: bool = False) -> list[BlockConfig]:
-  """One config per layer; with MoE every `moe.every`-th block (the last of each group) is MoE."""
+  """One config per layer; with MoE every `moe.every`-th block (the last of each group) is MoE;
+  local self-attention where `model.attention_pattern` says (`ModelConfig.layer_windows`)."""
   every = cfg.moe.every
-  return [block_config(cfg, cross=cross, moe=cfg.is_moe and (i + 1) % every == 0, causal=causal)
+  windows = cfg.layer_windows(num_layers)
+  return [block_config(cfg, cross=cross, moe=cfg.is_moe and (i + 1) % every == 0, causal=causal,
+                       window=windows[i])
           for i in range(num_layers)]
 
 

@@ -17,12 +17,15 @@ from tx.ops.masks import (
     padding_mask,
     segment_mask,
     segment_positions,
+    sliding_window_mask,
 )
 from tx.ops.sampling import sample_logits, top_k_filter, top_p_filter
 from tx.ops.positions import (
+    RopeScaling,
     alibi_bias,
     alibi_slopes,
     apply_rope,
+    rope_frequencies,
     sinusoidal_embedding,
     sinusoidal_table,
     t5_relative_bias,
@@ -30,6 +33,7 @@ from tx.ops.positions import (
 )
 
 __all__ = [
+    'RopeScaling',
     'alibi_bias',
     'alibi_slopes',
     'apply_rope',
@@ -43,9 +47,11 @@ __all__ = [
     'key_padding_mask',
     'mask_to_bias',
     'padding_mask',
+    'rope_frequencies',
     'segment_mask',
     'sample_logits',
     'segment_positions',
+    'sliding_window_mask',
     'sinusoidal_embedding',
     'sinusoidal_table',
     'softmax_cross_entropy',

@@ -17,7 +17,9 @@ row whose mask is all False (jax.nn alone would return the mean of v there).
 Causal self-attention can skip the masked upper triangle: `causal_blocks=n` splits
 the queries into n blocks and attends each over the keys up to its last query only
 (the XLA path; the caller promises the mask is causal). At n blocks this computes
-(n + 1) / 2n of the L x S scores (measurements: benchmarks/NOTES.md).
+(n + 1) / 2n of the L x S scores (measurements: benchmarks/NOTES.md). With a sliding
+window (`window=W`, the caller promising the mask hides keys W or more slots back) each
+block [a, b) also skips the keys before a - W + 1.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ _MASK_VALUE = -0.7 * float(np.finfo(np.float32).max)
 def dot_product_attention(q_BLHD, k_BSKD, v_BSKD, *, mask=None, bias=None, scale=None,
                           implementation='auto', return_weights=False,
                           dropout_rate=0.0, dropout_rng=None, causal_blocks: int = 1,
-                          softcap: float = 0.0):
+                          softcap: float = 0.0, window: int = 0):
   """softmax(cap(q·kᵀ·scale) + bias) masked, times v.
 
   q [B, L, H, D]; k, v [B, S, K, D] with H % K == 0 (K < H = grouped-query /
@@ -64,11 +66,17 @@ def dot_product_attention(q_BLHD, k_BSKD, v_BSKD, *, mask=None, bias=None, scale
     attention, L == S) and runs the XLA path in n query blocks (at most L), each
     over the keys 0 .. its last query; the same result with the masked scores skipped.
     The einsum and cuDNN paths compute the full L x S.
+  window: W > 0 (with causal_blocks > 1) promises in addition that `mask` hides every key
+    j <= i - W from query i (a causal sliding window, `masks.sliding_window_mask`): each
+    query block [a, b) then reads the keys [max(0, a - W + 1), b) only. It applies no
+    mask itself; 0 = no promise. Ignored by the paths that compute the full L x S.
   """
   B, L, H, D, S = _check_qkv(q_BLHD, k_BSKD, v_BSKD)
   full_BHLS = (B, H, L, S)
   if not isinstance(causal_blocks, int) or causal_blocks < 1:
     raise ValueError(f'causal_blocks must be an int >= 1, got {causal_blocks!r}')
+  if not isinstance(window, int) or window < 0:
+    raise ValueError(f'window must be an int >= 0 (0 = none), got {window!r}')
   if causal_blocks > 1 and L != S:
     raise ValueError(f'causal_blocks={causal_blocks} needs self-attention (L == S), got '
                      f'L={L}, S={S}; pass causal_blocks=1')
@@ -111,11 +119,12 @@ def dot_product_attention(q_BLHD, k_BSKD, v_BSKD, *, mask=None, bias=None, scale
         out_BLHD = None
     if out_BLHD is None:
       out_BLHD = _causal_blocks(q_BLHD, k_BSKD, v_BSKD, mask, bias, scale, causal_blocks,
-                                softcap)
+                                softcap, window)
     return out_BLHD
   if implementation == 'cudnn':
     return _cudnn_attention(q_BLHD, k_BSKD, v_BSKD, mask, bias, scale)
-  return _causal_blocks(q_BLHD, k_BSKD, v_BSKD, mask, bias, scale, causal_blocks, softcap)
+  return _causal_blocks(q_BLHD, k_BSKD, v_BSKD, mask, bias, scale, causal_blocks, softcap,
+                        window)
 
 
 def _check_qkv(q, k, v):
@@ -169,20 +178,23 @@ def _einsum_attention(q_BLHD, k_BSKD, v_BSKD, mask, bias, scale, dropout_rate, d
   return weighted_values(probs_BHLS, v_BSKD, q_BLHD.dtype), weights_BHLS
 
 
-def _causal_blocks(q_BLHD, k_BSKD, v_BSKD, mask, bias, scale, blocks, softcap=0.0):
-  """The XLA path over query blocks [a, b), each attending to keys [0, b)."""
+def _causal_blocks(q_BLHD, k_BSKD, v_BSKD, mask, bias, scale, blocks, softcap=0.0, window=0):
+  """The XLA path over query blocks [a, b), each attending to keys [0, b), or to keys
+  [a - window + 1, b) under a sliding window."""
   L = q_BLHD.shape[1]
   blocks = min(blocks, L)
   if blocks == 1:
     return xla_attention(q_BLHD, k_BSKD, v_BSKD, mask, bias, scale, _MASK_VALUE, softcap)
   cuts = [round(L * i / blocks) for i in range(blocks + 1)]
 
+  first = lambda a: max(0, a - window + 1) if window else 0  # the block's first key
+
   def rows(x_BHLS, a, b):  # mask / bias have full L and S axes here (_as_4d)
-    return None if x_BHLS is None else x_BHLS[:, :, a:b, :b]
+    return None if x_BHLS is None else x_BHLS[:, :, a:b, first(a):b]
 
   return jnp.concatenate([
-      xla_attention(q_BLHD[:, a:b], k_BSKD[:, :b], v_BSKD[:, :b], rows(mask, a, b),
-                    rows(bias, a, b), scale, _MASK_VALUE, softcap)
+      xla_attention(q_BLHD[:, a:b], k_BSKD[:, first(a):b], v_BSKD[:, first(a):b],
+                    rows(mask, a, b), rows(bias, a, b), scale, _MASK_VALUE, softcap)
       for a, b in zip(cuts[:-1], cuts[1:])], axis=1)
 
 

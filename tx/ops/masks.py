@@ -42,6 +42,28 @@ def causal_mask_from_positions(q_pos_BL, k_pos_BS):
   return (k_pos_BS[:, None, None, :] <= q_pos_BL[:, None, :, None])
 
 
+def sliding_window_mask(q_pos_BL, k_pos_BS, window: int, *, bidirectional: bool = False):
+  """Positions q [B, L], k [B, S] int -> bool [B, 1, L, S]: the keys inside the window.
+
+  One-sided (default): q_pos - k_pos < window, i.e. a query at position i sees keys
+  i - window + 1 .. i once combined with a causal mask (window keys, itself included):
+  transformers' `sliding_window_overlay(window)` (Mistral, Gemma-2 local layers).
+  bidirectional: |q_pos - k_pos| < window (2·window - 1 keys), which is transformers'
+  `sliding_window_bidirectional_overlay(window - 1)` (that one counts |i - j| <= w).
+  An overlay: combine it with the padding / segment / causal masks (`combine_masks`).
+  Positions, not slots, so left-padded and packed rows (positions restarting per
+  segment) see the same window as an unpadded row.
+  """
+  if int(window) < 1:
+    raise ValueError(f'window must be >= 1, got {window}')
+  q_pos_BL = _check_2d(q_pos_BL, 'q_pos_BL')
+  k_pos_BS = _check_2d(k_pos_BS, 'k_pos_BS')
+  distance_B1LS = q_pos_BL[:, None, :, None] - k_pos_BS[:, None, None, :]
+  if bidirectional:
+    distance_B1LS = jnp.abs(distance_B1LS)
+  return distance_B1LS < window
+
+
 def segment_mask(q_seg_BL, k_seg_BS):
   """Segment ids q [B, L], k [B, S] int -> bool [B, 1, L, S].
 

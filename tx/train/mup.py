@@ -92,8 +92,15 @@ def lr_multiplier(kind: str, optimizer: str, width_mult: float, *, muon: bool = 
 
 def _scanned_key(names: tuple[str, ...]) -> tuple[str, ...]:
   """'.../stack/layers/...' (scan_layers) -> '.../stack/layer_0/...' (the same shapes minus
-  the leading layer axis, which never grows)."""
-  return tuple('layer_0' if n == 'layers' else n for n in names)
+  the leading layer axis, which never grows); a scanned group's '.../layers/block_i/...'
+  (model.attention_pattern) -> '.../layer_i/...'."""
+  out = []
+  for n in names:
+    if out and out[-1] == 'layer_0' and n.startswith('block_'):
+      out[-1] = 'layer_' + n[len('block_'):]
+    else:
+      out.append('layer_0' if n == 'layers' else n)
+  return tuple(out)
 
 
 def lr_multipliers(params, cfg: ModelConfig, optimizer: str, muon_mask=None):
