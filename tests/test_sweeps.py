@@ -47,6 +47,7 @@ def env(tmp_path_factory):
         train=TrainConfig(steps=3, batch_size=4, eval_every=3, eval_batches=1, log_every=1,
                           checkpoint_every=3, sample_tokens=0, async_checkpoint=False))
 
+  registry.load_builtin()  # before the patch: loaded inside it, the built-ins would vanish after
   with pytest.MonkeyPatch.context() as mp:
     mp.setenv('TFDS_DATA_DIR', str(data_dir))
     mp.setitem(registry._EXPERIMENTS, BASE, registry.Entry(

@@ -46,12 +46,15 @@ def _parser() -> argparse.ArgumentParser:
   p = _Parser(prog='tx', description='tx: Transformers for research in JAX.')
   sub = p.add_subparsers(dest='command', required=True, metavar='COMMAND')
 
-  sub.add_parser('list', help='registered experiments and sweeps, one line each')
+  _add_experiments_flag(sub.add_parser('list', help='registered experiments and sweeps, one '
+                                                    'line each'))
 
   t = sub.add_parser('train', help='train an experiment into --workdir (resumes if possible)')
   t.add_argument('experiment', nargs='?', default=None,
-                 help="registered experiment; omitted: continue the run in --workdir with its "
-                      "own config.json (fine-tune a `tx convert`ed checkpoint)")
+                 help="registered experiment, or a run's resolved config.json; omitted: "
+                      "continue the run in --workdir with its own config.json (fine-tune a "
+                      "`tx convert`ed checkpoint)")
+  _add_experiments_flag(t)
   t.add_argument('--workdir', required=True)
   t.add_argument('--set', nargs='+', action='extend', default=[], metavar='KEY=VALUE',
                  help='dotted overrides, e.g. --set model.d_model=256 train.steps=100')
@@ -92,16 +95,36 @@ def _parser() -> argparse.ArgumentParser:
                       'run name (default: tx defaults, name hf_<DIR name>)')
   v.add_argument('--set', nargs='+', action='extend', default=[], metavar='KEY=VALUE',
                  help='overrides (data.*, optim.*, train.*, decode.*, model.dropout, ...)')
+  _add_experiments_flag(v)
   _bench_parser(sub)
   _plan_parser(sub)
   _mup_check_parser(sub)
   return p
 
 
+def _add_experiments_flag(parser) -> None:
+  parser.add_argument('--experiments', action='append', default=[], metavar='PATH_OR_MODULE',
+                      help='also register the experiments and sweeps of this .py file or '
+                           'importable module (repeatable; $TX_EXPERIMENTS too)')
+
+
+def resolve_experiment(name: str, overrides: dict | None = None):
+  """A registered experiment by name, or a resolved config.json (a run's, or a colleague's)
+  by path, with `overrides` applied -> ExperimentConfig."""
+  from tx import registry  # pylint: disable=g-import-not-at-top
+  if not name.endswith('.json'):
+    return registry.get(name, overrides)
+  from tx.config.base import override  # pylint: disable=g-import-not-at-top
+  from tx.train.run_dir import load_config_file  # pylint: disable=g-import-not-at-top
+  cfg = load_config_file(name)
+  return override(cfg, overrides) if overrides else cfg
+
+
 def _mup_check_parser(sub) -> None:
   m = sub.add_parser('mup-check', help="μP coordinate check: activation RMS against width over "
                                        "a few training steps, mup vs standard")
   m.add_argument('experiment')
+  _add_experiments_flag(m)
   m.add_argument('--widths', default='64,128,256,512', metavar='W,W,...',
                  help='d_model values (d_ff scales with them, heads fixed)')
   m.add_argument('--steps', type=int, default=10, help='training steps per width')
@@ -127,6 +150,7 @@ def _plan_parser(sub) -> None:
   q = sub.add_parser('plan', help='per-device memory, FLOPs and compile time of a config on a '
                                   'simulated mesh, compiled ahead of time (nothing allocated)')
   q.add_argument('experiment')
+  _add_experiments_flag(q)
   q.add_argument('--mesh', required=True, metavar='data=D,fsdp=F,tensor=T',
                  help='mesh sizes (replace mesh.*; a missing axis is 1), e.g. fsdp=8,tensor=2')
   q.add_argument('--set', nargs='+', action='extend', default=[], metavar='KEY=VALUE',
@@ -139,6 +163,7 @@ def _plan_parser(sub) -> None:
 def _sweep_parsers(sub) -> None:
   s = sub.add_parser('sweep', help='run every variant x seed of a registered sweep')
   s.add_argument('sweep')
+  _add_experiments_flag(s)
   s.add_argument('--workdir', required=True, help='runs go to DIR/<variant>/seed_<k>')
   s.add_argument('--seeds', type=int, default=None, help="replaces the sweep's seed count")
   s.add_argument('--only', nargs='+', action='extend', default=None, metavar='PATTERN',
@@ -191,7 +216,6 @@ def cmd_compare(args) -> int:
 
 
 def cmd_train(args) -> int:
-  from tx import registry  # pylint: disable=g-import-not-at-top
   from tx.config.base import parse_overrides  # pylint: disable=g-import-not-at-top
   from tx.train.run_dir import check_workdir  # pylint: disable=g-import-not-at-top
   if args.experiment is None:
@@ -204,7 +228,7 @@ def cmd_train(args) -> int:
     cfg = load_run_config(args.workdir)
     cfg = override(cfg, overrides) if overrides else cfg
   else:
-    cfg = registry.get(args.experiment, parse_overrides(args.set))
+    cfg = resolve_experiment(args.experiment, parse_overrides(args.set))
   check_workdir(args.workdir, cfg.name)
   from tx.runs.training import train_run  # pylint: disable=g-import-not-at-top
   result = train_run(cfg, args.workdir, quiet=args.quiet)
@@ -236,15 +260,13 @@ def cmd_bench(args) -> int:
 
 
 def cmd_plan(args) -> int:
-  from tx import registry  # pylint: disable=g-import-not-at-top
   from tx.runs.plan_cli import cli  # pylint: disable=g-import-not-at-top
-  return cli(args, registry.get)
+  return cli(args, resolve_experiment)
 
 
 def cmd_mup_check(args) -> int:
-  from tx import registry  # pylint: disable=g-import-not-at-top
   from tx.runs.mup_check import cli  # pylint: disable=g-import-not-at-top
-  return cli(args, registry.get)
+  return cli(args, resolve_experiment)
 
 
 def cmd_convert(args) -> int:
@@ -277,6 +299,10 @@ def main(argv=None) -> int:
               'bench': cmd_bench, 'plan': cmd_plan, 'mup-check': cmd_mup_check}
   from tx.train.preemption import Preempted  # pylint: disable=g-import-not-at-top
   try:
+    if getattr(args, 'experiments', None):
+      from tx import registry  # pylint: disable=g-import-not-at-top
+      for source in args.experiments:
+        registry.load_user(source)
     return commands[args.command](args)
   except errors as e:
     print(f'tx {args.command}: error: {e}', file=sys.stderr)

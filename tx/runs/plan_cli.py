@@ -57,6 +57,8 @@ def ensure_devices(n: int) -> bool:
 def child_argv(args) -> list[str]:
   """`tx plan` arguments reproducing `args` (for the child process)."""
   argv = ['plan', args.experiment, '--mesh', args.mesh]
+  for source in getattr(args, 'experiments', None) or ():
+    argv += ['--experiments', str(Path(source).resolve()) if source.endswith('.py') else source]
   if args.set:
     argv += ['--set', *args.set]
   if args.device_memory:
@@ -70,7 +72,7 @@ def run_child(args, n: int) -> int:
   """Runs the plan in `python -m tx plan ...` with `n` simulated devices; passes its output on."""
   env = dict(os.environ, JAX_PLATFORMS='cpu', **{CHILD_ENV: '1'})
   env['XLA_FLAGS'] = xla_flags(n, env.get('XLA_FLAGS', ''))
-  root = str(Path(__file__).resolve().parents[2])  # tx/ and experiments/ live here
+  root = str(Path(__file__).resolve().parents[2])  # the directory holding tx/
   env['PYTHONPATH'] = os.pathsep.join([root, env.get('PYTHONPATH', '')]).rstrip(os.pathsep)
   done = subprocess.run([sys.executable, '-m', 'tx', *child_argv(args)], env=env,
                         capture_output=True, text=True, check=False)

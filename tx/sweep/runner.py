@@ -216,8 +216,10 @@ def cli(args, sweep: Sweep, resolve: Resolver) -> int:
     runs = select(plan(sweep, args.workdir, resolve=resolve, seeds=args.seeds, extra=extra),
                   args.only, sweep)
     if args.commands:
+      sources = [str(Path(x).resolve()) if x.endswith('.py') else x
+                 for x in getattr(args, 'experiments', None) or ()]
       for r in runs:
-        print(r.command(sweep.base))
+        print(r.command(sweep.base, sources))
     else:
       print_plan(sweep, runs)
     return 0

@@ -63,10 +63,13 @@ class Run:
   overrides: dict  # everything applied to the base experiment, train.seed included
   config: Any  # the validated ExperimentConfig
 
-  def command(self, base: str) -> str:
-    """The `tx train` line that performs this run."""
+  def command(self, base: str, experiments: Sequence[str] = ()) -> str:
+    """The `tx train` line that performs this run (`--experiments` for each source of
+    user-registered experiments the base needs)."""
     sets = [f'{k}={cli_value(v)}' for k, v in self.overrides.items()]
-    return shlex.join(['tx', 'train', base, '--workdir', str(self.dir), '--set', *sets])
+    sources = [a for source in experiments for a in ('--experiments', source)]
+    return shlex.join(['tx', 'train', base, *sources, '--workdir', str(self.dir), '--set',
+                       *sets])
 
 
 def cli_value(value: Any) -> str:

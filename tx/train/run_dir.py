@@ -109,11 +109,21 @@ def load_run_config(workdir: str | Path):
   if not path.exists():
     raise ConfigError(f'--workdir: {path} not found; point --workdir at a directory made by '
                       '`tx train`')
+  return load_config_file(path)
+
+
+def load_config_file(path: str | Path):
+  """The ExperimentConfig of a resolved config.json anywhere (a run's, or a copy of it); a
+  relative data.tokenizer_path is relative to the file's directory."""
+  path = Path(path).expanduser()
+  if not path.is_file():
+    raise ConfigError(f'{path} not found; pass the config.json of a run (made by `tx train`) '
+                      'or a registered experiment name')
   cfg = from_dict(ExperimentConfig, read_json(path, fix=CONFIG_FIX))
   tokenizer = cfg.data.tokenizer_path
   if tokenizer is not None and not Path(tokenizer).expanduser().is_absolute():
     cfg = cfg.replace(data=cfg.data.replace(
-        tokenizer_path=str(Path(workdir).expanduser().resolve() / tokenizer)))
+        tokenizer_path=str(path.parent.resolve() / tokenizer)))
   return cfg
 
 
