@@ -48,20 +48,27 @@ def build(arch: str, vocab: int = VOCAB, **special_ids):
 
 
 @pytest.fixture(scope='session')
-def reference(tmp_path_factory):
-  """reference(arch) -> (transformers model, directory it was saved to), built once."""
+def saved(tmp_path_factory):
+  """saved(build_fn, name) -> (the model build_fn(name), the directory it was saved to),
+  built and saved once per session (test files pass their own builders)."""
   import torch  # pylint: disable=g-import-not-at-top
   torch.set_num_threads(1)
   cache = {}
 
-  def get(arch):
-    if arch not in cache:
-      model = build(arch)
-      path = tmp_path_factory.mktemp(arch)
+  def get(build_fn, name):
+    if (build_fn, name) not in cache:
+      model = build_fn(name)
+      path = tmp_path_factory.mktemp(name)
       model.save_pretrained(path)
-      cache[arch] = (model, path)
-    return cache[arch]
+      cache[build_fn, name] = (model, path)
+    return cache[build_fn, name]
   return get
+
+
+@pytest.fixture(scope='session')
+def reference(saved):
+  """reference(arch) -> (transformers model, directory it was saved to), built once."""
+  return lambda arch: saved(build, arch)
 
 
 def padded_batch(lengths, width, seed=0):
@@ -81,3 +88,17 @@ def batch():
 def build_reference():
   """build_reference(arch, vocab, **special_ids) -> a fresh `transformers` model; see build."""
   return build
+
+
+@pytest.fixture(scope='session')
+def same_tree():
+  """same_tree(a, b) -> True iff two param trees have one structure and bitwise-equal leaves
+  of the same dtypes (export/import round trips)."""
+  import jax  # pylint: disable=g-import-not-at-top
+
+  def same(a, b) -> bool:
+    if jax.tree_util.tree_structure(a) != jax.tree_util.tree_structure(b):
+      return False
+    return all(np.array_equal(x, y) and x.dtype == y.dtype
+               for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)))
+  return same

@@ -40,7 +40,7 @@ def _edit_config(path, **changes):
     ('no_config', CheckpointError, 'config.json: not found'),
     ('no_weights', CheckpointError, 'no model.safetensors'),
     ('model_type', ConfigError, "model_type='gptj' is not supported"),
-    ('rope_scaling', ConfigError, "rope_type='linear'"),
+    ('rope_scaling', ConfigError, "rope_type='longrope' is not supported"),
     ('missing', CheckpointError, 'tensor model.norm.weight is missing'),
     ('extra', CheckpointError, 'unexpected tensor model.extra.weight'),
     ('shape', CheckpointError, r'embed_tokens.weight has shape \(101, 31\)'),
@@ -57,7 +57,7 @@ def test_bad_checkpoints_are_one_line_errors(reference, tmp_path, damage, error,
   elif damage == 'model_type':
     _edit_config(ckpt, model_type='gptj')
   elif damage == 'rope_scaling':
-    _edit_config(ckpt, rope_parameters={'rope_type': 'linear', 'factor': 2.0})
+    _edit_config(ckpt, rope_parameters={'rope_type': 'longrope', 'factor': 2.0})
   elif damage == 'missing':
     _edit_tensors(ckpt, lambda t: t.pop('model.norm.weight'))
   elif damage == 'extra':

@@ -14,20 +14,13 @@ from tx.config.base import ConfigError  # pylint: disable=g-import-not-at-top
 from tx.interop import export_hf, load_hf  # pylint: disable=g-import-not-at-top
 
 
-def _same(a, b) -> bool:
-  if jax.tree_util.tree_structure(a) != jax.tree_util.tree_structure(b):
-    return False
-  return all(np.array_equal(x, y) and x.dtype == y.dtype
-             for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)))
-
-
 @pytest.mark.parametrize('arch', ['gpt2', 'llama'])
-def test_import_export_import_is_bitwise(reference, batch, tmp_path, arch):
+def test_import_export_import_is_bitwise(reference, batch, tmp_path, arch, same_tree):
   model, path = reference(arch)
   cfg, params = load_hf(path)
   export_hf(cfg, params, tmp_path / 'out')
   cfg2, params2 = load_hf(tmp_path / 'out')
-  assert cfg2 == cfg and _same(params, params2)
+  assert cfg2 == cfg and same_tree(params, params2)
   reloaded = type(model).from_pretrained(tmp_path / 'out').eval()
   tokens, mask = batch((6, 3), 6)
   with torch.no_grad():
@@ -40,13 +33,13 @@ def test_import_export_import_is_bitwise(reference, batch, tmp_path, arch):
     dict(position='rope', norm='rmsnorm', ffn='swiglu', use_bias=False, num_kv_heads=2,
          tie_embeddings=False),                                                       # LLaMA
 ], ids=['gpt2', 'llama'])
-def test_tx_model_exports_to_transformers(batch, tmp_path, kw):
+def test_tx_model_exports_to_transformers(batch, tmp_path, kw, same_tree):
   """A tx-initialised model, exported, gives the same logits in `transformers`."""
   cfg = tx.ModelConfig(family='decoder', vocab_size=101, d_model=32, num_heads=4, d_ff=64,
                        num_layers=2, max_len=16, **kw)
   params = nn.unbox(tx.models.init_params(cfg, jax.random.key(1)))
   export_hf(cfg, params, tmp_path)
-  assert _same(params, load_hf(tmp_path)[1])
+  assert same_tree(params, load_hf(tmp_path)[1])
   model = transformers.AutoModelForCausalLM.from_pretrained(tmp_path).eval()
   tokens, mask = batch((7, 4), 7)
   with torch.no_grad():

@@ -10,6 +10,7 @@ Unsupported combinations (each rejected with a message naming the field):
   `num_heads` unless `head_dim` is set;
 - `moe.top_k` > `moe.num_experts`;
 - `rope_scaling.kind` other than 'none' or `rope_interleaved` without a rotary position;
+  `rope_local_theta` without a rotary position and an `attention_window`;
   `rope_scaling.kind='dynamic'` with a rotary dimension of 2;
 - `sandwich_norm` or `parallel_block` with post-norm; `parallel_block` on an
   encoder-decoder (its decoder blocks have cross-attention);
@@ -78,6 +79,9 @@ class ModelConfig:
 
   position: str = choice(*POSITIONS)
   rope_theta: float = 10000.0
+  # RoPE base of the local (windowed) layers, which then rotate unscaled (rope_scaling acts
+  # on the global layers only), as Gemma-3's rope_local_base_freq; None = one RoPE for all.
+  rope_local_theta: float | None = None
   rope_fraction: float = 1.0  # fraction of head_dim rotated (GPT-NeoX rotary_pct)
   rope_interleaved: bool = False  # rotate pairs (x0, x1), (x2, x3) .. (GPT-J), not halves
   rope_scaling: RopeScalingConfig = nested(RopeScalingConfig)  # context extension (HF rope_type)
@@ -251,6 +255,12 @@ class ModelConfig:
     if self.rope_interleaved and not rotary:
       fail('model.rope_interleaved', f'is a RoPE layout; it needs model.position=rope '
            f'(got {self.position!r})')
+    if self.rope_local_theta is not None:
+      if self.rope_local_theta <= 0:
+        fail('model.rope_local_theta', f'must be > 0 or None, got {self.rope_local_theta}')
+      if not rotary or not self.attention_window:
+        fail('model.rope_local_theta', 'is the RoPE base of local layers; it needs '
+             'model.position=rope and model.attention_window > 0 (or None)')
     if rotary and self.rope_scaling.kind == 'dynamic' and self.rotary_dim <= 2:
       fail('model.rope_scaling.kind', f"'dynamic' needs a rotary dimension > 2, got "
            f'{self.rotary_dim}')

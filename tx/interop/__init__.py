@@ -30,10 +30,17 @@ checkpoint (`--set` may change only `model.dropout`, `attention_dropout`, `remat
 | `gpt2` | decoder, `position=learned`, `norm=layernorm` pre-norm, `ffn=gelu_tanh`, biases, tied head (fused `c_attn` split into q/k/v) |
 | `bert` (MLM head) | encoder, `position=learned`, `norm_position=post`, `norm_eps=1e-12`, `embed_norm`, `type_vocab_size`, `ffn=gelu` (exact), `mlm_activation=gelu`; MLM transform + tied decoder + separate bias |
 | `t5` v1.0 / v1.1 | encoder_decoder, `position=t5` (one bucketed table per stack, none in cross-attention), `scale_attention=False`, `norm=rmsnorm` (no mean, no bias), `use_bias=False`, `ffn=relu` / `geglu_tanh`, `logits_scale=d_model^-0.5` when the original ties the head |
-| `llama` | decoder, `position=rope` (half-split), `norm=rmsnorm`, `ffn=swiglu`, `num_kv_heads` (GQA), `use_bias=False`, untied head |
+| `llama` (incl. 3.1) | decoder, `position=rope` (half-split), `norm=rmsnorm`, `ffn=swiglu`, `num_kv_heads` (GQA), `use_bias=False`, untied head; `rope_parameters` / `rope_scaling` `llama3`, `linear`, `dynamic`, `yarn` -> `rope_scaling.*` (tx/interop/hf_rope.py) |
+| `mistral` | LLaMA's mapping + `attention_window` from `sliding_window` on every layer; export `arch='mistral'` (tx/interop/mistral.py) |
+| `qwen3` | LLaMA's mapping + `qk_norm=rmsnorm` (per-head `q_norm` / `k_norm`), explicit `head_dim`, tie option, `attention_window` + `attention_pattern` from `use_sliding_window` / `sliding_window` / `layer_types` (or `max_window_layers`); export `arch='qwen3'` (tx/interop/qwen3.py) |
 | `bloom` | decoder, `position=alibi` (any head count), `embed_norm`, `ffn=gelu_tanh`, biases, tied head (per-head fused qkv split) |
+| `gpt_neox` (Pythia) | decoder, `position=rope` with `rope_fraction` = `rotary_pct` (half-split on the rotated dims; scaled kinds as LLaMA), `parallel_block=two_norms` (`use_parallel_residual`) or sequential pre-norm, `norm=layernorm` with biases, `ffn` from `hidden_act` (`gelu` exact), biases, untied `embed_out` (tie option), per-head fused qkv split; export `arch='gpt_neox'`, the default for RoPE with LayerNorm (tx/interop/gpt_neox.py) |
+| `gemma2` | decoder, `position=rope`, `norm=rmsnorm` with `norm_scale_offset` (x̂·(1+w)), `sandwich_norm`, `ffn=geglu_tanh`, `scale_embeddings`, `query_pre_attn_scalar`, `attention_softcap`, `logits_softcap`, `attention_window` + `attention_pattern` from `sliding_window` + `layer_types`, GQA, tied head; export `arch='gemma2'` (tx/interop/gemma2.py) |
+| `gemma3_text` | Gemma-2's mapping + `qk_norm=rmsnorm` (1+w), `rope_local_theta` (sliding layers' base, unscaled), `rope_scaling` `linear` on the global layers; `attn_logit_softcapping` ignored as transformers does; export `arch='gemma3'` (tx/interop/gemma3.py) |
 
-Export: GPT-2 and LLaMA (`export_hf(cfg, params, dir, arch='gpt2'|'llama')`); a config
+Export: GPT-2 and LLaMA (`export_hf(cfg, params, dir, arch='gpt2'|'llama')`; RoPE models
+with `qk_norm=rmsnorm` default to `qwen3`, with a window on every layer to `mistral`, with
+LayerNorm or a parallel block to `gpt_neox`); a config
 the target cannot express (e.g. ALiBi as GPT-2) is a ConfigError naming the field.
 Tests (`tests/interop/`, skipped without torch + transformers) build each reference model
 with random weights, require float32 logits within 1e-4 on padded batches, greedy
@@ -59,11 +66,13 @@ Limitations:
   `tx train --workdir OUT [--set train.steps=N ...]` (no experiment name) fine-tunes a
   converted run with its own config: it resumes from the step-0 checkpoint
   (tests/interop/test_tokenizer.py for GPT-2, test_t5_tokenizer.py for T5).
-- Not reproduced (ConfigError naming the field): scaled RoPE (`rope_type` other than
-  `default`), LLaMA with `attention_bias != mlp_bias`, BLOOM with
-  `apply_residual_connection_post_layernorm`, GPT-2 `scale_attn_by_inverse_layer_idx` /
-  `reorder_and_upcast_attn`, BERT relative position embeddings. BERT's pooler and
-  next-sentence head are not imported. Imported params are float32.
+- Not reproduced (ConfigError naming the field): LLaMA-family RoPE scaling other than
+  llama3 / linear / dynamic / yarn (e.g. `longrope`), a scaled `partial_rotary_factor`
+  != 1, Qwen3 `attention_bias` (no MLP bias) or unknown `layer_types`, LLaMA with
+  `attention_bias != mlp_bias`, BLOOM with `apply_residual_connection_post_layernorm`,
+  GPT-2 `scale_attn_by_inverse_layer_idx` / `reorder_and_upcast_attn`, BERT relative
+  position embeddings. BERT's pooler and next-sentence head are not imported. Imported
+  params are float32.
 """
 
 from tx.interop.export import export_hf

@@ -18,19 +18,36 @@ from tx.config.base import ConfigError
 from tx.config.model import ModelConfig
 from tx.data.tokenizers.specials import BOS_ID, EOS_ID, PAD_ID
 from tx.interop import files, gpt2, llama
+from tx.interop import mistral, qwen3  # LLaMA-like (tx.interop.llama)
+from tx.interop import gemma2, gemma3  # Gemma-2, Gemma-3 text
+from tx.interop import gpt_neox  # GPT-NeoX / Pythia
 
 EXPORTERS = {'gpt2': gpt2, 'llama': llama}
+EXPORTERS.update({'mistral': mistral, 'qwen3': qwen3})
+EXPORTERS.update({'gemma2': gemma2, 'gemma3': gemma3})  # gemma3: model_type gemma3_text
+EXPORTERS['gpt_neox'] = gpt_neox
 
 
 def default_architecture(cfg: ModelConfig) -> str:
-  """'llama' for RoPE models, else 'gpt2'."""
+  """'llama' for RoPE models ('qwen3' with qk_norm, 'mistral' with a window on every
+  layer), else 'gpt2'."""
+  if cfg.position == 'rope' and cfg.sandwich_norm and cfg.norm_scale_offset:  # Gemma
+    return 'gemma3' if cfg.qk_norm != 'none' or cfg.rope_local_theta is not None else 'gemma2'
+  if cfg.position == 'rope' and cfg.qk_norm == 'rmsnorm':
+    return 'qwen3'
+  if cfg.position == 'rope' and cfg.attention_window and cfg.attention_pattern == 'local':
+    return 'mistral'
+  if cfg.position == 'rope' and (cfg.norm == 'layernorm' or cfg.parallel_block != 'none'):
+    return 'gpt_neox'
   return 'llama' if cfg.position == 'rope' else 'gpt2'
 
 
 def export_hf(cfg: ModelConfig, params, path: str | Path, *, arch: str | None = None) -> Path:
   """Writes `params` (a tx DecoderOnly tree, boxed or not) as a Hugging Face checkpoint.
 
-  arch: 'gpt2' | 'llama' | None (by the config: RoPE -> llama, else gpt2).
+  arch: 'gpt2' | 'llama' | 'mistral' | 'qwen3' | 'gemma2' | 'gemma3' | 'gpt_neox' | None
+  (`default_architecture`; sandwich norms with norm_scale_offset -> Gemma; RoPE with
+  LayerNorm or a parallel block -> GPT-NeoX).
   Returns the directory, which holds config.json and model.safetensors.
   """
   arch = arch or default_architecture(cfg)

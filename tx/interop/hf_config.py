@@ -59,7 +59,8 @@ class HFConfig:
     return ACTIVATIONS[value]
 
   def rope_theta(self) -> float:
-    """RoPE base; only unscaled ('default') RoPE is reproduced."""
+    """RoPE base; only unscaled ('default') RoPE is reproduced (architectures that map
+    RoPE scaling read it with tx.interop.hf_rope.rope_from_hf instead)."""
     params = self.get('rope_parameters') or {}
     scaling = self.get('rope_scaling') or {}
     kind = params.get('rope_type') or scaling.get('rope_type') or scaling.get('type') or 'default'
@@ -78,11 +79,22 @@ NOT_EXPORTABLE.update({'rope_scaling.kind': 'none', 'rope_interleaved': False,
                        'query_pre_attn_scalar': None, 'norm_scale_offset': False})
 
 NOT_EXPORTABLE['attention_window'] = 0  # sliding-window attention: no field in GPT-2 / LLaMA
+NOT_EXPORTABLE['rope_local_theta'] = None  # a local layers' RoPE base: Gemma-3 only
+
+
+ANY = object()  # a `wanted` value: the layout expresses every value of this field
 
 
 def check_fields(cfg, wanted: dict, arch: str) -> None:
-  """ConfigError naming the first `model.*` field of `cfg` that `arch` cannot express."""
-  for name, value in {**wanted, **NOT_EXPORTABLE}.items():
+  """ConfigError naming the first `model.*` field of `cfg` that `arch` cannot express.
+
+  `wanted` maps dotted field names to the value `arch` needs; its entries override
+  NOT_EXPORTABLE's, so a layout that has a place for a knob lists it (the value it
+  needs, or ANY when it expresses every value, e.g. Mistral's `attention_window`).
+  """
+  for name, value in {**NOT_EXPORTABLE, **wanted}.items():
+    if value is ANY:
+      continue
     got = functools.reduce(getattr, name.split('.'), cfg)
     if got != value:
       raise ConfigError(f'model.{name}={got!r}: {arch} export needs {value!r}')

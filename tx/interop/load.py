@@ -13,6 +13,9 @@ import numpy as np
 from tx.config.base import ConfigError
 from tx.config.model import ModelConfig
 from tx.interop import bert, bloom, files, gpt2, llama, t5
+from tx.interop import mistral, qwen3  # LLaMA-like (tx.interop.llama)
+from tx.interop import gemma2, gemma3  # Gemma-2, Gemma-3 text
+from tx.interop import gpt_neox  # GPT-NeoX / Pythia
 from tx.interop.hf_config import HFConfig
 from tx.interop.tensors import Tensors
 from tx.models.build import build_model, dummy_inputs
@@ -21,6 +24,9 @@ from tx.train.errors import CheckpointError
 # model_type of config.json -> the module holding config_from_hf / params_from_hf.
 ARCHITECTURES: dict[str, types.ModuleType] = {
     'gpt2': gpt2, 'llama': llama, 'bloom': bloom, 'bert': bert, 't5': t5}
+ARCHITECTURES.update({'mistral': mistral, 'qwen3': qwen3})
+ARCHITECTURES.update({'gemma2': gemma2, 'gemma3_text': gemma3})
+ARCHITECTURES['gpt_neox'] = gpt_neox
 
 
 def architecture(hf: HFConfig) -> types.ModuleType:

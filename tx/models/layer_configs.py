@@ -40,7 +40,12 @@ def rope_scaling_config(cfg: ModelConfig) -> RopeScalingConfig:
 def attention_config(cfg: ModelConfig, *, cross: bool = False, causal: bool = False,
                      window: int = 0) -> AttentionConfig:
   """causal: the decoder's self-attention (its query blocks may skip masked keys);
-  window: > 0 for a local self-attention layer (`ModelConfig.layer_windows`)."""
+  window: > 0 for a local self-attention layer (`ModelConfig.layer_windows`), which
+  rotates with base `model.rope_local_theta` and no scaling when that is set."""
+  window = 0 if cross else window
+  theta, scaling = cfg.rope_theta, rope_scaling_config(cfg)
+  if window and cfg.rope_local_theta is not None:
+    theta, scaling = cfg.rope_local_theta, RopeScalingConfig()
   return AttentionConfig(
       d_model=cfg.d_model, num_heads=cfg.num_heads, num_kv_heads=cfg.num_kv_heads,
       head_dim=cfg.head_dim, use_bias=cfg.use_bias, dropout=cfg.attention_dropout,
@@ -48,11 +53,11 @@ def attention_config(cfg: ModelConfig, *, cross: bool = False, causal: bool = Fa
       query_pre_attn_scalar=cfg.query_pre_attn_scalar,
       qk_norm_scale_offset=cfg.norm_scale_offset,
       softcap=cfg.attention_softcap, rope=cfg.position_kind == ROTARY and not cross,
-      rope_theta=cfg.rope_theta, rope_fraction=cfg.rope_fraction,
-      rope_interleaved=cfg.rope_interleaved, rope_scaling=rope_scaling_config(cfg),
+      rope_theta=theta, rope_fraction=cfg.rope_fraction,
+      rope_interleaved=cfg.rope_interleaved, rope_scaling=scaling,
       implementation=cfg.attention_impl, scale_multiplier=mup_attention_multiplier(cfg),
       causal_blocks=cfg.attention_causal_blocks if causal else 1,
-      window=0 if cross else window, dtype=cfg.dtype,
+      window=window, dtype=cfg.dtype,
       param_dtype=cfg.param_dtype)
 
 
