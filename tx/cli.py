@@ -6,6 +6,7 @@
     tx eval --workdir DIR [--split NAME] [--step N] [--extrapolation 1,2,4] [--bleu-batches N]
     tx generate --workdir DIR (--prompt TEXT | --input FILE) [--output FILE] [--set decode.*=...]
     tx sweep SWEEP --workdir DIR [--seeds N] [--only PATTERN] [--dry-run | --commands] [--set ...]
+    tx sweep SWEEP --workdir DIR --slurm [--partition P] [--gpus-per-run N] [--time T] ...
     tx compare DIR... [--metric NAME] [--baseline VARIANT] [--out DIR] [--x KEY] [--curves KEY ...]
     tx convert --hf DIR --workdir OUT [--experiment NAME] [--set key=value ...]
     tx bench [--only PATTERN ...] [--quick] [--no-peers] [--threads N] [--json FILE]
@@ -30,6 +31,7 @@ from pathlib import Path
 from tx import compat
 from tx.errors import UserError  # noqa: F401  (also tx.cli.UserError, as before)
 from tx.errors import DiskFullError, is_disk_full
+from tx.runs import distributed
 
 # Each command imports what it needs when it runs (the imports inside the cmd_* functions):
 # `tx --help`, `tx list` and a usage error stay fast and never import JAX.
@@ -55,6 +57,7 @@ def _parser() -> argparse.ArgumentParser:
                       "continue the run in --workdir with its own config.json (fine-tune a "
                       "`tx convert`ed checkpoint)")
   _add_experiments_flag(t)
+  distributed.add_flags(t)
   t.add_argument('--workdir', required=True)
   t.add_argument('--set', nargs='+', action='extend', default=[], metavar='KEY=VALUE',
                  help='dotted overrides, e.g. --set model.d_model=256 train.steps=100')
@@ -73,6 +76,7 @@ def _parser() -> argparse.ArgumentParser:
                  help='seq2seq: sentences per decoding call (default train.batch_size)')
   e.add_argument('--set', nargs='+', action='extend', default=[], metavar='KEY=VALUE',
                  help='decode.* overrides for BLEU, e.g. --set decode.beam_size=5')
+  distributed.add_flags(e)
 
   g = sub.add_parser('generate', help='continue prompts / translate inputs with a checkpoint')
   g.add_argument('--workdir', required=True)
@@ -151,6 +155,7 @@ def _plan_parser(sub) -> None:
                                   'simulated mesh, compiled ahead of time (nothing allocated)')
   q.add_argument('experiment')
   _add_experiments_flag(q)
+  distributed.add_flags(q)
   q.add_argument('--mesh', required=True, metavar='data=D,fsdp=F,tensor=T',
                  help='mesh sizes (replace mesh.*; a missing axis is 1), e.g. fsdp=8,tensor=2')
   q.add_argument('--set', nargs='+', action='extend', default=[], metavar='KEY=VALUE',
@@ -164,6 +169,7 @@ def _sweep_parsers(sub) -> None:
   s = sub.add_parser('sweep', help='run every variant x seed of a registered sweep')
   s.add_argument('sweep')
   _add_experiments_flag(s)
+  distributed.add_flags(s)
   s.add_argument('--workdir', required=True, help='runs go to DIR/<variant>/seed_<k>')
   s.add_argument('--seeds', type=int, default=None, help="replaces the sweep's seed count")
   s.add_argument('--only', nargs='+', action='extend', default=None, metavar='PATTERN',
@@ -172,8 +178,22 @@ def _sweep_parsers(sub) -> None:
   how.add_argument('--dry-run', action='store_true', help='print the plan; write nothing')
   how.add_argument('--commands', action='store_true',
                    help='print one `tx train` line per run (for schedulers); write nothing')
+  how.add_argument('--slurm', action='store_true',
+                   help='write an sbatch array script (one run per task) instead of running')
   s.add_argument('--set', nargs='+', action='extend', default=[], metavar='KEY=VALUE',
                  help='overrides for every run, e.g. --set train.steps=50')
+  slurm = s.add_argument_group('--slurm options (tx/sweep/slurm.py)')
+  slurm.add_argument('--partition', default=None, help='#SBATCH --partition')
+  slurm.add_argument('--gpus-per-run', type=int, default=None, metavar='N',
+                     help='GPUs per array task (#SBATCH --gres=gpu:N)')
+  slurm.add_argument('--cpus-per-run', type=int, default=None, metavar='N',
+                     help='#SBATCH --cpus-per-task')
+  slurm.add_argument('--time', default=None, metavar='T',
+                     help='time limit per run: minutes, H:MM:SS or D-HH:MM:SS')
+  slurm.add_argument('--max-parallel', type=int, default=None, metavar='K',
+                     help='at most K runs at once (#SBATCH --array=0-N%%K)')
+  slurm.add_argument('--script', default=None, metavar='PATH',
+                     help='where the script goes (default DIR/sweep.sbatch)')
 
   c = sub.add_parser('compare', help='table, CSV and plots of runs / sweeps, with error bars')
   c.add_argument('dirs', nargs='+', metavar='DIR', help='sweep dirs, run dirs or their parents')
@@ -206,7 +226,12 @@ def cmd_list(args) -> int:
 
 def cmd_sweep(args) -> int:
   from tx import registry  # pylint: disable=g-import-not-at-top
+  from tx.sweep import slurm  # pylint: disable=g-import-not-at-top
   from tx.sweep.runner import cli  # pylint: disable=g-import-not-at-top
+  if args.slurm:
+    return slurm.cli(args, registry.get_sweep(args.sweep), registry.get)
+  slurm.refuse_without_slurm(args)
+  distributed.check_same_config(_command_line(args), args.coordinator_timeout)
   return cli(args, registry.get_sweep(args.sweep), registry.get)
 
 
@@ -229,6 +254,8 @@ def cmd_train(args) -> int:
     cfg = override(cfg, overrides) if overrides else cfg
   else:
     cfg = resolve_experiment(args.experiment, parse_overrides(args.set))
+  from tx.config.base import to_dict  # pylint: disable=g-import-not-at-top
+  distributed.check_same_config(to_dict(cfg), args.coordinator_timeout)
   check_workdir(args.workdir, cfg.name)
   from tx.runs.training import train_run  # pylint: disable=g-import-not-at-top
   result = train_run(cfg, args.workdir, quiet=args.quiet)
@@ -246,6 +273,7 @@ def cmd_train(args) -> int:
 
 def cmd_eval(args) -> int:
   from tx.runs.commands import run_eval  # pylint: disable=g-import-not-at-top
+  distributed.check_same_config(_command_line(args), args.coordinator_timeout)
   return run_eval(args)
 
 
@@ -299,6 +327,11 @@ def main(argv=None) -> int:
               'bench': cmd_bench, 'plan': cmd_plan, 'mup-check': cmd_mup_check}
   from tx.train.preemption import Preempted  # pylint: disable=g-import-not-at-top
   try:
+    if args.command == 'plan' and distributed.process_id_without_connecting(args) != 0:
+      return 0  # a simulated mesh on one host: process 0 plans for the job
+    if (args.command in MULTI_PROCESS_COMMANDS
+        and distributed.initialize(args, args.command) > 1):
+      _print_on_process_zero_only()
     if getattr(args, 'experiments', None):
       from tx import registry  # pylint: disable=g-import-not-at-top
       for source in args.experiments:
@@ -323,6 +356,25 @@ def main(argv=None) -> int:
   except KeyboardInterrupt:
     print(f'tx {args.command}: interrupted', file=sys.stderr)
     return 130
+
+
+def _command_line(args) -> dict:
+  """What must agree between the processes of one command: its arguments, except which
+  process this is."""
+  return {k: v for k, v in vars(args).items() if k not in ('process_id', 'coordinator')}
+
+
+# Commands that run as one of several processes when asked to (tx.runs.distributed).
+MULTI_PROCESS_COMMANDS = ('train', 'sweep', 'eval')
+
+
+def _print_on_process_zero_only() -> None:
+  """Silences stdout on processes other than 0, the C++ runtime's writes to fd 1 included
+  (errors still reach stderr everywhere)."""
+  import os  # pylint: disable=g-import-not-at-top
+  if not distributed.is_main_process():
+    sys.stdout.flush()
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 def _short(error: BaseException) -> str:

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 
 CHECKED_AGAINST = {
     'jax._src.distributed': 'jax 0.10.2',
+    'jax._src.clusters': 'jax 0.10.2',
     'jax._src.xla_bridge': 'jax 0.10.2',
     'argparse subparsers': 'Python 3.11 argparse',
     'orbax CheckpointManager.metrics': 'orbax-checkpoint 0.12.8',
@@ -46,6 +47,31 @@ def wait_at_barrier(barrier_id: str, timeout_s: float) -> None:
   from jax._src import distributed  # pylint: disable=g-import-not-at-top
   distributed.global_state.client.wait_at_barrier(barrier_id,
                                                    timeout_in_ms=int(timeout_s * 1000))
+
+
+def exchange(key: str, value: str, timeout_s: float) -> list[str]:
+  """Every process's `value` for `key`, in process order, through the coordination service's
+  key-value store (no device collective: a process that never arrives is a timeout, not a
+  hang). Needs has_coordination_client(); keys must not repeat within a run."""
+  from jax._src import distributed  # pylint: disable=g-import-not-at-top
+  state = distributed.global_state
+  state.client.key_value_set(f'{key}/{state.process_id}', value)
+  return [state.client.blocking_key_value_get(f'{key}/{i}', int(timeout_s * 1000))
+          for i in range(state.num_processes)]
+
+
+# ------------------------------------------------------------ jax._src.clusters (jax 0.10.2)
+# JAX's cluster auto-detection (SLURM, Open MPI, Cloud TPU, Kubernetes) has no public query.
+
+def detected_cluster() -> tuple[str, int, int] | None:
+  """(cluster name, process count, this process's id) of the environment
+  jax.distributed.initialize() would detect by itself (opt-in methods such as mpi4py
+  excluded), or None."""
+  from jax._src import clusters  # pylint: disable=g-import-not-at-top
+  for env in clusters.ClusterEnv._cluster_types:  # pylint: disable=protected-access
+    if not env.opt_in_only_method and env.is_env_present():
+      return env.name, int(env.get_process_count()), int(env.get_process_id())
+  return None
 
 
 # ------------------------------------------------------- jax._src.xla_bridge (jax 0.10.2)

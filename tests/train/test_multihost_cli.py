@@ -1,0 +1,113 @@
+"""Several processes started through the `tx` command itself (tx.runs.distributed).
+
+Two local processes (one CPU device each) train the session's reference tiny decoder
+(`decoder_run`, one process) from its config.json: once with --coordinator / --num-processes /
+--process-id, once from a SLURM-style environment (the variables JAX's cluster detection
+reads, set here; loopback only). Both must equal the single-process run within float
+tolerance, with only process 0 printing. A config that differs between the processes and a
+coordinator nobody answers are one-line errors, not hangs.
+"""
+
+import json
+import subprocess
+import time
+
+import pytest
+
+TIMEOUT = 240
+
+
+def _start(tt, cwd, argv_of, env_of):
+  return [subprocess.Popen([tt.python, '-m', 'tx.cli', *argv_of(i)], cwd=cwd, text=True,
+                           env={**tt.env(devices=1), **env_of(i)}, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE) for i in range(2)]
+
+
+def _finish(procs):
+  deadline, outputs = time.time() + TIMEOUT, []
+  try:
+    for p in procs:
+      out, err = p.communicate(timeout=max(1, deadline - time.time()))
+      outputs.append((p.returncode, out, err))
+  except subprocess.TimeoutExpired:
+    pytest.fail(f'the two processes did not finish in {TIMEOUT} s (a hang?)')
+  finally:
+    for p in procs:
+      if p.poll() is None:
+        p.kill()
+        p.communicate()
+  return outputs
+
+
+@pytest.fixture(scope='module')
+def reference_config(tt, decoder_run, tmp_path_factory):
+  ref_dir, reference = decoder_run
+  tmp = tmp_path_factory.mktemp('multihost_cli')
+  config = json.loads(tt.config_json(reference.config))
+  config['data']['data_dir'] = str(tmp / 'tfds')  # both processes prepare it at once
+  (tmp / 'config.json').write_text(json.dumps(config))
+  return tmp, tmp / 'config.json', ref_dir, reference
+
+
+def _train_argv(config, workdir, *extra):
+  return ['train', str(config), '--workdir', str(workdir), '--quiet', *extra]
+
+
+def _check_equals_one_process(tt, workdir, outputs, ref_dir, reference):
+  for i, (rc, _, err) in enumerate(outputs):
+    assert rc == 0, f'process {i}:\n{err[-4000:]}'
+  assert 'eval loss' in outputs[0][1] and outputs[1][1] == '', 'only process 0 prints'
+  summary = json.loads((workdir / 'summary.json').read_text())
+  assert summary['processes'] == 2 and summary['devices'] == 2
+  rows, _ = tt.rows(workdir)
+  ref_rows, _ = tt.rows(ref_dir)
+  assert [r['loss'] for r in rows] == pytest.approx([r['loss'] for r in ref_rows], rel=1e-5)
+  assert summary['eval']['loss'] == pytest.approx(reference.summary['eval']['loss'], rel=1e-5)
+
+
+def test_two_processes_by_flags_equal_one(tt, reference_config):
+  tmp, config, ref_dir, reference = reference_config
+  port, workdir = tt.free_port(), tmp / 'flags'
+  procs = _start(tt, tmp, lambda i: _train_argv(
+      config, workdir, '--coordinator', f'127.0.0.1:{port}', '--num-processes', '2',
+      '--process-id', str(i), '--coordinator-timeout', '120'), lambda i: {})
+  _check_equals_one_process(tt, workdir, _finish(procs), ref_dir, reference)
+
+
+def test_a_slurm_environment_is_detected(tt, reference_config):
+  tmp, config, ref_dir, reference = reference_config
+  port, workdir = tt.free_port(), tmp / 'slurm'
+  slurm = lambda i: {'SLURM_JOB_ID': '4242', 'SLURM_STEP_NODELIST': 'localhost',
+                     'SLURM_NTASKS': '2', 'SLURM_PROCID': str(i), 'SLURM_LOCALID': '0',
+                     'JAX_COORDINATOR_PORT': str(port)}
+  procs = _start(tt, tmp, lambda i: _train_argv(config, workdir), slurm)
+  _check_equals_one_process(tt, workdir, _finish(procs), ref_dir, reference)
+
+
+def test_processes_with_different_configs_stop_in_one_line(tt, reference_config):
+  tmp, config, _, _ = reference_config
+  port, workdir = tt.free_port(), tmp / 'mismatch'
+  procs = _start(tt, tmp, lambda i: _train_argv(
+      config, workdir, '--coordinator', f'127.0.0.1:{port}', '--num-processes', '2',
+      '--process-id', str(i), '--coordinator-timeout', '120',
+      *(['--set', 'train.steps=31'] if i else [])), lambda i: {})
+  outputs = _finish(procs)
+  for i, (rc, _, err) in enumerate(outputs):
+    errors = [l for l in err.splitlines() if 'error' in l.lower()]
+    assert rc == 2 and len(errors) == 1 and 'Traceback' not in err, f'process {i}:\n{err[-3000:]}'
+    assert 'resolved a different config than process 0' in errors[0]
+  assert not (workdir / 'checkpoints').exists()
+
+
+def test_an_unreachable_coordinator_is_one_line_within_the_timeout(tt, tmp_path):
+  start = time.time()
+  done = subprocess.run(
+      [tt.python, '-m', 'tx.cli', 'train', 'demo', '--workdir', str(tmp_path / 'w'),
+       '--coordinator', f'127.0.0.1:{tt.free_port()}', '--num-processes', '2', '--process-id',
+       '1', '--coordinator-timeout', '3'], env=tt.env(devices=1), capture_output=True,
+      text=True, timeout=120, check=False)
+  assert done.returncode == 2, done.stderr[-3000:]
+  lines = done.stderr.strip().splitlines()
+  assert len(lines) == 1 and 'not every process connected' in lines[0], done.stderr[-3000:]
+  assert time.time() - start < 60
+  assert not (tmp_path / 'w').exists()
