@@ -4,7 +4,8 @@ Runs go one after another in this process (`tx.runs.train_run`, quiet). A run wh
 summary.json exists is done and skipped; one with a config.json or checkpoints but no
 summary is partial and resumes (train resumes by itself). `WORKDIR/sweep.json` records
 the sweep (name, base, axes, seeds, baseline, runs with overrides and dirs) for
-`tx compare`. `--dry-run` and `--commands` print the plan and write nothing.
+`tx compare`. `--dry-run` and `--commands` print the plan and write nothing; `--slurm`
+writes an sbatch array script instead of running (tx/sweep/slurm.py).
 
 A partial run whose config.json differs from the plan (say, another `--set`) is refused
 before anything runs, since resuming it would mix two configs; a done run that differs is
@@ -126,7 +127,8 @@ def print_plan(sweep: Sweep, runs: list[Run], out=print) -> None:
       f'{counts["new"]} new')
 
 
-def _check_partials(runs: list[Run]) -> None:
+def check_partials(runs: list[Run]) -> None:
+  """Refuses (ConfigError) a partial run whose config.json differs from the plan."""
   for r in runs:
     if status(r) == 'partial':
       if (r.dir / run_dir.CONFIG).exists():  # a damaged one is named as such, not as a diff
@@ -151,7 +153,7 @@ def run(sweep: Sweep, workdir, *, resolve: Resolver, seeds: int | None = None,
   extra = dict(extra or {})
   all_runs = plan(sweep, workdir, resolve=resolve, seeds=seeds, extra=extra)
   runs = select(all_runs, only, sweep)
-  _check_partials(runs)
+  check_partials(runs)
   train_fn = train_fn or train_run
   data = record(sweep, all_runs, workdir, extra)
   write_record(workdir, data)
@@ -206,6 +208,12 @@ def _diverged_status(run: Run, error: NonFiniteError) -> str:
   return f'diverged at step {step}'
 
 
+def experiment_sources(args) -> list[str]:
+  """The `--experiments` sources for printed `tx train` lines (a .py file made absolute)."""
+  return [str(Path(x).resolve()) if x.endswith('.py') else x
+          for x in getattr(args, 'experiments', None) or ()]
+
+
 def cli(args, sweep: Sweep, resolve: Resolver) -> int:
   """`tx sweep SWEEP --workdir DIR [--seeds N] [--only P ...] [--dry-run | --commands]
   [--set k=v ...]`, with the registered `sweep` and the registry's `resolve`."""
@@ -216,8 +224,7 @@ def cli(args, sweep: Sweep, resolve: Resolver) -> int:
     runs = select(plan(sweep, args.workdir, resolve=resolve, seeds=args.seeds, extra=extra),
                   args.only, sweep)
     if args.commands:
-      sources = [str(Path(x).resolve()) if x.endswith('.py') else x
-                 for x in getattr(args, 'experiments', None) or ()]
+      sources = experiment_sources(args)
       for r in runs:
         print(r.command(sweep.base, sources))
     else:
