@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from tx.bench import host
+
 GB = 1e9
 
 # (name, case, metric of `rows`, 'min' | 'max' bound on the value, bound) — issue 9's targets.
@@ -86,14 +88,17 @@ def _fmt(x) -> str:
 
 
 def table(doc: dict) -> str:
-  """The human-readable report: machine, ceilings, one line per row, then the targets."""
+  """The human-readable report: machine and host, ceilings, one line per row, then the targets."""
   m, c = doc['machine'], doc['ceiling']
   lines = [f'tx bench: {m["processor"] or m["platform"]}, {m["cpu_count"]} CPUs, '
            f'{m["threads"]} threads, jax {m["jax"]}' + (f', torch {m["torch"]}' if 'torch' in m
                                                         else ''),
            f'matmul ceiling: {c["float32"] / 1e9:.1f} GFLOP/s float32, '
            f'{c["bfloat16"] / 1e9:.1f} GFLOP/s bf16 (max of start / end medians)',
-           f'GLIBC_TUNABLES for every measurement: {m.get("glibc_tunables") or "(unset)"}', '']
+           f'GLIBC_TUNABLES for every measurement: {m.get("glibc_tunables") or "(unset)"}']
+  if m.get('host'):
+    lines += host.summary(m['host']).splitlines()
+  lines.append('')
   header = f'{"case":<22} {"metric":<24} {"tx":>10} {"peer":>10} {"tx/peer":>8}'
   lines += [header, '-' * len(header)]
   for r in doc['rows']:

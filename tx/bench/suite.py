@@ -10,6 +10,8 @@ alike), one after the other, so ratios are taken side by side on the same machin
 The float32 and bf16 matmul ceilings are measured at the start and at the end; MFU divides
 model FLOPs per second (tx/train/flops.py: 6·N·tokens + attention; the peer's by the same
 formula for the same architecture) by the larger of the two medians.
+The report and the JSON (`machine.host`) name the host: CPU model, ISA flags, caches,
+memory, XLA_FLAGS and versions (tx/bench/host.py).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import sys
 import time
 
 from tx.bench import cases as cases_lib
+from tx.bench import host
 from tx.bench import report
 from tx.bench.worker import BenchError, run_isolated, thread_env
 from tx.errors import UserError
@@ -79,8 +82,11 @@ def _measure_case(case, *, peers: bool, threads: int, say) -> dict:
 
 
 def run(cases, *, peers: bool = True, threads: int = 2, say=print, ceiling_n: int = 2048) -> dict:
-  """Measures every case; returns the JSON document (machine, ceilings, cases, targets)."""
+  """Measures every case; returns the JSON document (machine with its host, ceilings, cases,
+  targets)."""
   start = time.time()
+  info = machine(threads)
+  say(host.summary(info['host']))
   ceiling_spec = {'n': ceiling_n, 'repeats': 10}
   ceilings = [run_isolated(f'{TX}:ceiling', ceiling_spec, threads=threads)]
   say(f'matmul ceiling: {ceilings[0]["float32_flops"] / 1e9:.1f} GFLOP/s float32, '
@@ -94,7 +100,7 @@ def run(cases, *, peers: bool = True, threads: int = 2, say=print, ceiling_n: in
       results[case.name] = {'spec': case.spec, 'error': str(e)}
   ceilings.append(run_isolated(f'{TX}:ceiling', ceiling_spec, threads=threads))
   ceiling = {d: max(c[f'{d}_flops'] for c in ceilings) for d in ('float32', 'bfloat16')}
-  doc = {'machine': machine(threads), 'ceilings': ceilings, 'ceiling': ceiling,
+  doc = {'machine': info, 'ceilings': ceilings, 'ceiling': ceiling,
          'cases': results, 'wall_s': time.time() - start}
   doc['rows'] = report.rows(doc)
   doc['targets'] = report.targets(doc)
@@ -102,11 +108,14 @@ def run(cases, *, peers: bool = True, threads: int = 2, say=print, ceiling_n: in
 
 
 def machine(threads: int) -> dict:
+  """Where the run measured: versions, thread count, and `host` (tx/bench/host.py: CPU, ISA,
+  caches, memory, the XLA_FLAGS every measurement gets)."""
   import jax  # pylint: disable=g-import-not-at-top  (start-up: the parent of the measurements stays light)
   info = {'platform': platform.platform(), 'processor': platform.processor(),
           'cpu_count': os.cpu_count(), 'threads': threads, 'python': sys.version.split()[0],
           'jax': jax.__version__, 'device': str(jax.devices()[0].device_kind),
-          'glibc_tunables': thread_env(threads).get('GLIBC_TUNABLES', '')}
+          'glibc_tunables': thread_env(threads).get('GLIBC_TUNABLES', ''),
+          'host': host.probe(thread_env(threads))}
   try:
     import torch  # pylint: disable=g-import-not-at-top  (optional (the interop extra); heavy)
     info['torch'] = torch.__version__
