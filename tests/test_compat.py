@@ -305,3 +305,19 @@ def test_cudnn_refusals_are_recognised():
                                      False, False)
   assert not compat.is_cudnn_refusal(RuntimeError('INTERNAL: an XLA failure'))
   assert not compat.is_cudnn_refusal(TypeError('a bug'))
+
+
+def test_detected_cluster_reads_a_slurm_environment(monkeypatch):
+  for var in ('OMPI_COMM_WORLD_SIZE', 'KUBERNETES_SERVICE_HOST', 'TPU_WORKER_HOSTNAMES'):
+    monkeypatch.delenv(var, raising=False)
+  with entry('jax._src.clusters'):
+    for var in ('SLURM_JOB_ID', 'SLURM_STEP_NODELIST', 'SLURM_NTASKS', 'SLURM_PROCID',
+                'SLURM_LOCALID'):
+      monkeypatch.delenv(var, raising=False)
+    assert compat.detected_cluster() is None
+    monkeypatch.setenv('SLURM_JOB_ID', '7')
+    monkeypatch.setenv('SLURM_STEP_NODELIST', 'node[001-004]')
+    monkeypatch.setenv('SLURM_NTASKS', '4')
+    monkeypatch.setenv('SLURM_PROCID', '3')
+    monkeypatch.setenv('SLURM_LOCALID', '0')
+    assert compat.detected_cluster() == ('slurm', 4, 3)
