@@ -102,3 +102,19 @@ def same_tree():
     return all(np.array_equal(x, y) and x.dtype == y.dtype
                for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)))
   return same
+
+
+@pytest.fixture(scope='session')
+def hf_greedy():
+  """hf_greedy(model, prompt [B, L] left-padded, max_new, **generate_kwargs) -> the new tokens
+  [B, <=max_new] of transformers' greedy `generate` (pad id 0, never emitted)."""
+  import torch  # pylint: disable=g-import-not-at-top
+
+  def greedy(model, prompt, max_new, **kwargs):
+    with torch.no_grad():
+      out = model.generate(input_ids=torch.as_tensor(prompt),
+                           attention_mask=torch.as_tensor((prompt != 0).astype(np.int64)),
+                           max_new_tokens=max_new, do_sample=False, suppress_tokens=[0],
+                           pad_token_id=0, **kwargs)
+    return out.numpy()[:, prompt.shape[1]:]
+  return greedy

@@ -108,16 +108,12 @@ def test_logits_match(gemma, name):
 
 
 @pytest.mark.parametrize('name', ['gemma2', 'gemma3'])
-def test_greedy_generation_matches_past_the_window(gemma, name):
+def test_greedy_generation_matches_past_the_window(gemma, name, hf_greedy):
   model, path = gemma(name)
   cfg, params = load_hf(path)
   rng = np.random.default_rng(4)
   prompt = np.array(left_pad([list(rng.integers(1, VOCAB, n)) for n in (7, 3, 1)]))
-  with torch.no_grad():
-    ref = model.generate(input_ids=torch.as_tensor(prompt),
-                         attention_mask=torch.as_tensor((prompt != 0).astype(np.int64)),
-                         max_new_tokens=NEW, do_sample=False, suppress_tokens=[0],
-                         eos_token_id=1, pad_token_id=0).numpy()[:, prompt.shape[1]:]
+  ref = hf_greedy(model, prompt, NEW, eos_token_id=1)
   out = np.asarray(generate_lm(cfg, params, jnp.asarray(prompt), jax.random.key(0),
                                max_new=NEW, eos_id=1))
   assert ref.shape == out.shape and min(len(set(row)) for row in ref) > 4  # not a loop

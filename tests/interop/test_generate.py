@@ -24,16 +24,12 @@ def _pad_to(tokens, width):
 
 
 @pytest.mark.parametrize('arch', ['gpt2', 'llama', 'bloom'])
-def test_decoder_greedy_matches(reference, arch):
+def test_decoder_greedy_matches(reference, arch, hf_greedy):
   model, path = reference(arch)
   cfg, params = load_hf(path)
   rng = np.random.default_rng(4)
   prompt = np.array(left_pad([list(rng.integers(1, 101, n)) for n in (5, 3, 1)]))
-  with torch.no_grad():
-    ref = model.generate(input_ids=torch.as_tensor(prompt),
-                         attention_mask=torch.as_tensor((prompt != 0).astype(np.int64)),
-                         max_new_tokens=MAX_NEW, do_sample=False, suppress_tokens=[0],
-                         eos_token_id=2, pad_token_id=0).numpy()[:, prompt.shape[1]:]
+  ref = hf_greedy(model, prompt, MAX_NEW, eos_token_id=2)
   out = generate_lm(cfg, params, jnp.asarray(prompt), jax.random.key(0), max_new=MAX_NEW,
                     eos_id=2)
   assert np.array_equal(np.asarray(out), _pad_to(ref, MAX_NEW))

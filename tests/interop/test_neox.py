@@ -96,17 +96,12 @@ def test_logits_match(neox, batch, name):
 
 
 @pytest.mark.parametrize('name', NAMES)
-def test_greedy_matches(neox, name):
+def test_greedy_matches(neox, name, hf_greedy):
   model, path = neox(name)
   cfg, params = load_hf(path)
   rng = np.random.default_rng(4)
   prompt = np.array(left_pad([list(rng.integers(1, 101, n)) for n in (7, 4, 1)]))
-  with torch.no_grad():
-    ref = model.generate(input_ids=torch.as_tensor(prompt),
-                         attention_mask=torch.as_tensor((prompt != 0).astype(np.int64)),
-                         max_new_tokens=MAX_NEW, do_sample=False, suppress_tokens=[0],
-                         bos_token_id=None, eos_token_id=None,
-                         pad_token_id=0).numpy()[:, prompt.shape[1]:]
+  ref = hf_greedy(model, prompt, MAX_NEW, bos_token_id=None, eos_token_id=None)
   out = generate_lm(cfg, params, jnp.asarray(prompt), jax.random.key(0), max_new=MAX_NEW,
                     eos_id=-1)
   assert ref.shape == (3, MAX_NEW) and np.array_equal(np.asarray(out), ref)
