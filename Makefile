@@ -25,9 +25,10 @@ test: $(BIN)/.installed-interop
 	$(BIN)/python -m pytest tests
 
 # experiments/RESULTS.md: every ablation and LR-sensitivity sweep, then its comparison
-# (compare.md/.csv, lr_curves.md/.csv, PNGs). On the 2-core project machine: the ablations
-# about 45 min, the three lm_lr_probe LR studies about 80 min, the MLM and Multi30k LR
-# sweeps about 1.5 h each, lr_mup_width about 3.5 h. Resumable: rerun to continue.
+# (compare.md/.csv, lr_curves.md/.csv, PNGs). On the 2-core project machine, one sweep at a
+# time: the ablations about 45 min, the three lm_lr_probe LR studies about 80 min, the MLM LR
+# sweep about 11 min, the Multi30k one about 45 min, lr_mup_width about 1.5 h, the sliding-
+# window study about 20 min: about 4.5 h in all. Resumable: rerun to continue.
 RESULTS ?= runs/ablations
 LR_RESULTS ?= runs/lr
 TX_RAW_DATA ?= $(abspath ../shared/data)
@@ -47,6 +48,9 @@ results: venv
 	    --curves loss diag/attn_logit_max diag/log_z_mean || exit 1; done
 	$(BIN)/tx mup-check lm_lr_probe --widths 64,128,256,512 --steps 10 \
 	  --set model.mup_base_width=64 optim.learning_rate=1e-2 --out $(LR_RESULTS)/mup_check
+	TX_RAW_DATA=$(TX_RAW_DATA) $(BIN)/tx sweep window_local_global --workdir runs/arch/window
+	for m in eval.loss eval.extrapolation.256 eval.extrapolation.512; do \
+	  $(BIN)/tx compare runs/arch/window --metric $$m --out runs/arch/window/compare_$$m || exit 1; done
 
 clean:
 	rm -rf $(VENV) runs
