@@ -25,10 +25,11 @@ test: $(BIN)/.installed-interop
 	$(BIN)/python -m pytest tests
 
 # experiments/RESULTS.md: every ablation and LR-sensitivity sweep, then its comparison
-# (compare.md/.csv, lr_curves.md/.csv, PNGs). On the 2-core project machine, one sweep at a
-# time: the ablations about 45 min, the three lm_lr_probe LR studies about 80 min, the MLM LR
-# sweep about 11 min, the Multi30k one about 45 min, lr_mup_width about 1.5 h, the sliding-
-# window study about 20 min: about 4.5 h in all. Resumable: rerun to continue.
+# (compare.md/.csv, lr_curves.md/.csv, PNGs). On the 2-core project machine: the ablations
+# about 45 min, the three lm_lr_probe LR studies about 80 min, the MLM LR sweep about 11 min,
+# the sliding-window study about 20 min, the Multi30k LR sweep 65 min and lr_mup_width about
+# 2.5 h (these two measured while sharing the cores with each other and with tests; less
+# alone): about 5.5 h in all. Resumable: rerun to continue.
 RESULTS ?= runs/ablations
 LR_RESULTS ?= runs/lr
 TX_RAW_DATA ?= $(abspath ../shared/data)
