@@ -229,13 +229,19 @@ def test_a_failed_orbax_save_thread_logs_on_the_filtered_logger():
     thread = future._SignalingThread(  # pylint: disable=protected-access
         send_signals=[], receive_signals=[], target=lambda: (_ for _ in ()).throw(error))
     record = Record()
+    absl_log = logging.getLogger('absl')
+    installed = list(absl_log.filters)  # tx's own filter (if an earlier test installed it)
+    for f in installed:  # would drop this disk-full record before ours sees it
+      absl_log.removeFilter(f)
     compat.add_orbax_log_filter(record)
     try:
       thread.start()
       with pytest.raises(OSError):  # join() re-raises the thread's error
         thread.join()
     finally:
-      logging.getLogger('absl').removeFilter(record)
+      absl_log.removeFilter(record)
+      for f in installed:
+        absl_log.addFilter(f)
     assert error in seen, seen
 
 
