@@ -11,8 +11,9 @@ at initialisation). Results and verdicts: experiments/RESULTS.md, "Learning-rate
 sensitivity". Costs measured on an AMD EPYC (Zen 4) host, 2 cores, one run at a time
 (2026-11-25): lr_norm_position 84 runs, about 35 min (shared CPU); lr_qk_norm and lr_z_loss
 42 runs of 14-15 s, about 11 min each; lr_mlm_norm_position 42 runs, about 11 min.
-lr_mt_label_smoothing (mt_lr_probe) 42 runs of 45-130 s, about 65 min sharing the cores
-with lr_mup_width (mup_lr_probe), 168 runs, the d 512 ones about 1.5 min each.
+lr_mt_label_smoothing (mt_lr_probe) 42 runs of 45-130 s, about 65 min, and lr_mup_width
+(mup_lr_probe) 168 runs, about 2.5 h (its d 512 runs 1-3 min), both measured while sharing
+the cores with each other and with tests.
 """
 
 from tx.registry import axis, derive, experiment, lr_grid, product, sweep, zip_
