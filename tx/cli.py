@@ -343,19 +343,19 @@ def main(argv=None) -> int:
   except NonFiniteError as e:
     print(f'tx {args.command}: error: {e}', file=sys.stderr)
     return 1
-  except Exception as e:  # pylint: disable=broad-except
-    if not is_disk_full(e):
-      raise
-    message = e if isinstance(e, DiskFullError) else (
-        f'no space left on the device ({_short(e)}); free some space and rerun the same command')
-    print(f'tx {args.command}: error: {message}', file=sys.stderr)
-    return 1
   except Preempted as e:
     print(f'tx {args.command}: stopped: {e}', file=sys.stderr)
     return e.exit_code
   except KeyboardInterrupt:
     print(f'tx {args.command}: interrupted', file=sys.stderr)
     return 130
+  except Exception as e:  # pylint: disable=broad-except  (last: the clauses above go first)
+    if not is_disk_full(e):
+      raise
+    message = e if isinstance(e, DiskFullError) else (
+        f'no space left on the device ({_short(e)}); free some space and rerun the same command')
+    print(f'tx {args.command}: error: {message}', file=sys.stderr)
+    return 1
 
 
 def _command_line(args) -> dict:
