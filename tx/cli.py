@@ -100,6 +100,8 @@ def _parser() -> argparse.ArgumentParser:
   v.add_argument('--set', nargs='+', action='extend', default=[], metavar='KEY=VALUE',
                  help='overrides (data.*, optim.*, train.*, decode.*, model.dropout, ...)')
   _add_experiments_flag(v)
+  _average_parser(sub)
+  _decode_search_parser(sub)
   _bench_parser(sub)
   _plan_parser(sub)
   _mup_check_parser(sub)
@@ -137,6 +139,34 @@ def _mup_check_parser(sub) -> None:
                  help='overrides, e.g. --set optim.learning_rate=1e-2 model.mup_base_width=64')
   m.add_argument('--out', default=None, metavar='DIR',
                  help='where coord_check.png/.json go (default runs/mup_check/EXPERIMENT)')
+
+
+def _average_parser(sub) -> None:
+  a = sub.add_parser('average', help="average the parameters of a run's last checkpoints into "
+                                     'a run directory of their own')
+  a.add_argument('--workdir', required=True, help='the run whose checkpoints are averaged')
+  which = a.add_mutually_exclusive_group(required=True)
+  which.add_argument('--last', type=int, metavar='N',
+                     help="the latest N checkpoints on the run's train.checkpoint_every cadence")
+  which.add_argument('--steps', type=int, nargs='+', metavar='STEP', help='these steps')
+  a.add_argument('--out', default=None,
+                 help='the run directory to write (default: WORKDIR/average)')
+
+
+def _decode_search_parser(sub) -> None:
+  d = sub.add_parser('decode-search', help='seq2seq: BLEU over beam sizes x length penalties '
+                                           'on the validation split, to choose decode.*')
+  d.add_argument('--workdir', required=True)
+  d.add_argument('--beam-size', type=int, nargs='+', default=[1, 4, 5], metavar='K',
+                 help='beam sizes (1 = greedy; default 1 4 5)')
+  d.add_argument('--length-penalty', type=float, nargs='+', default=[0.6, 1.0], metavar='A',
+                 help='GNMT length penalties alpha (default 0.6 1.0)')
+  d.add_argument('--split', default='validation', choices=('train', 'validation', 'test'))
+  d.add_argument('--step', type=int, default=None, help='checkpoint step (default: latest)')
+  d.add_argument('--sentences', type=int, default=None, metavar='N',
+                 help='only the first N sentences of the split (default all)')
+  d.add_argument('--decode-batch', type=int, default=None, metavar='N',
+                 help='sentences per decoding call (default train.batch_size)')
 
 
 def _bench_parser(sub) -> None:
@@ -282,6 +312,16 @@ def cmd_generate(args) -> int:
   return run_generate(args)
 
 
+def cmd_average(args) -> int:
+  from tx.runs.average import run_average  # pylint: disable=g-import-not-at-top
+  return run_average(args)
+
+
+def cmd_decode_search(args) -> int:
+  from tx.runs.decode_search import run_decode_search  # pylint: disable=g-import-not-at-top
+  return run_decode_search(args)
+
+
 def cmd_bench(args) -> int:
   from tx.bench.suite import cli  # pylint: disable=g-import-not-at-top
   return cli(args)
@@ -324,7 +364,8 @@ def main(argv=None) -> int:
   errors += (DataError, CheckpointError)
   commands = {'list': cmd_list, 'train': cmd_train, 'eval': cmd_eval, 'generate': cmd_generate,
               'sweep': cmd_sweep, 'compare': cmd_compare, 'convert': cmd_convert,
-              'bench': cmd_bench, 'plan': cmd_plan, 'mup-check': cmd_mup_check}
+              'average': cmd_average, 'decode-search': cmd_decode_search, 'bench': cmd_bench,
+              'plan': cmd_plan, 'mup-check': cmd_mup_check}
   from tx.train.preemption import Preempted  # pylint: disable=g-import-not-at-top
   try:
     if args.command == 'plan' and distributed.process_id_without_connecting(args) != 0:

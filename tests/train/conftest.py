@@ -194,6 +194,20 @@ def decoder_run(tt, tmp_path_factory):
   return workdir, train(tt.config('decoder', name='tiny_decoder'), workdir, quiet=True)
 
 
+@pytest.fixture(scope='session')
+def family_runs(tt, decoder_run, tmp_path_factory):
+  """{family: (workdir, RunResult)} of a 30-step tiny run per family (checkpoints kept at
+  steps 20 and 30); the seq2seq run uses label smoothing 0.1."""
+  from tx.train.loop import train  # pylint: disable=g-import-not-at-top
+  out = {'decoder': decoder_run}
+  for family in ('encoder', 'encoder_decoder'):
+    task = {'label_smoothing': 0.1} if family == 'encoder_decoder' else {}
+    cfg = tt.config(family, name=f'tiny_{family}', task=task)
+    workdir = tmp_path_factory.mktemp(f'run_{family}')
+    out[family] = workdir, train(cfg, workdir, quiet=True)
+  return out
+
+
 def metric_rows(workdir: Path) -> tuple[list[dict], list[dict]]:
   """(train rows, eval rows) of a run's metrics.jsonl."""
   rows = [json.loads(line) for line in (Path(workdir) / 'metrics.jsonl').read_text().splitlines()]

@@ -1,6 +1,6 @@
 """Training of the three families end to end, the run directory, and the step's arithmetic.
 
-One module-scoped run per family (30 steps, tiny model, char tokenizer on a tiny corpus);
+One session-scoped run per family (conftest's family_runs) (30 steps, tiny model, char tokenizer on a tiny corpus);
 the other tests reuse those runs or call the step / evaluation functions directly.
 """
 
@@ -33,15 +33,8 @@ ROW_KEYS = ('step', 'loss', 'learning_rate', 'grad_norm', 'tokens_per_s', 'step_
 
 
 @pytest.fixture(scope='module')
-def runs(tt, decoder_run, tmp_path_factory):
-  """{family: (workdir, RunResult)}; the seq2seq run uses label smoothing 0.1."""
-  out = {'decoder': decoder_run}
-  for family in FAMILIES[1:]:
-    task = {'label_smoothing': 0.1} if family == 'encoder_decoder' else {}
-    cfg = tt.config(family, name=f'tiny_{family}', task=task)
-    workdir = tmp_path_factory.mktemp(f'run_{family}')
-    out[family] = workdir, train(cfg, workdir, quiet=True)
-  return out
+def runs(family_runs):
+  return family_runs
 
 
 def _rows(workdir):

@@ -17,6 +17,9 @@ class TrainConfig:
   log_every: int = 50
   checkpoint_every: int = 500
   keep_checkpoints: int = 2  # the latest N (the best is kept as well)
+  # At the end, average the parameters of the last N checkpoints (multiples of
+  # checkpoint_every, and the last step) into <workdir>/average and evaluate it; 0 = off.
+  average_last: int = 0
   async_checkpoint: bool = True
   best_metric: str = 'loss'  # eval metric tracked as best-so-far (lower is better)
   extrapolation: tuple[float, ...] = ()  # causal LM: at the end, eval perplexity at k x data.seq_len
@@ -36,6 +39,12 @@ class TrainConfig:
                  'eval_every'):
       if getattr(self, name) <= 0:
         fail(f'train.{name}', f'must be > 0, got {getattr(self, name)}')
+    if self.average_last < 0:
+      fail('train.average_last', f'must be >= 0 (0 = off), got {self.average_last}')
+    if self.average_last > self.keep_checkpoints:
+      fail('train.average_last', f'averages {self.average_last} checkpoints but only '
+           f'train.keep_checkpoints={self.keep_checkpoints} are kept; set keep_checkpoints >= '
+           f'{self.average_last}')
     if self.eval_batches is not None and self.eval_batches <= 0:
       fail('train.eval_batches', f'must be > 0 or None (whole split), got {self.eval_batches}')
     if any(k <= 0 for k in self.extrapolation):

@@ -40,7 +40,7 @@ def mlm_shakespeare_small():
 @experiment
 def mt_multi30k_small():
   """A 1+1-layer d128 Multi30k En->De Transformer for encoder-decoder ablations (300 steps)."""
-  return derive('mt_multi30k_en_de', {
+  return derive('mt_multi30k_paper', {
       'model.num_layers': 1, 'model.d_model': 128, 'model.d_ff': 512, 'data.vocab_size': 2000,
       'train.steps': 300, 'train.eval_every': 150, 'train.eval_batches': 10,
       'train.checkpoint_every': 300, 'optim.warmup_steps': 100})

@@ -1,35 +1,61 @@
-"""mt_multi30k_en_de: a small paper-style Transformer translating Multi30k English -> German.
+"""Multi30k English -> German: the reference recipe and the 2017 paper-style model.
 
     TX_RAW_DATA=../shared/data tx train mt_multi30k_en_de --workdir runs/mt
 
-Encoder-decoder, 3+3 layers, d 256, 4 heads, d_ff 1024, post-norm (the 2017 paper),
-sinusoidal positions, ReLU, dropout 0.1, embeddings x sqrt(d), shared source/target
-embeddings tied to the output projection, joint SentencePiece BPE vocabulary of 8000,
-label smoothing 0.1, Adam (0.9, 0.98, 1e-9) with the paper's inverse-square-root schedule
-(warmup 400: a CPU budget, not the paper's 4000). Sentence pairs are packed several to a
-row (segment ids keep them apart), which triples the real tokens per step on this data.
-Reads multi30k/*.{en,de}.gz under data.raw_dir / $TX_RAW_DATA. Measured here (2 idle CPU
-cores) with --set train.steps=600: 27 min, validation loss 3.01 (perplexity 20.4), test_2016_flickr
-sacreBLEU 23.4 (beam 4) / 19.4 (greedy); the full 1500 steps would take ~65 min (not run).
+mt_multi30k_en_de, the reference recipe: a "Transformer-tiny" sized for 29k sentence pairs
+(Wu et al. 2021): encoder-decoder, 4+4 post-norm layers, d 128, 4 heads, d_ff 256, ReLU,
+dropout 0.3, sinusoidal positions, embeddings x sqrt(d), one joint SentencePiece BPE
+vocabulary of 8000 shared by both embeddings and tied to the output projection, label
+smoothing 0.1. Token batches: sentence pairs are packed into 64 rows of 64 target tokens,
+so every step holds 4,096 target slots (about 3,600 real tokens, fairseq's --max-tokens
+4096). Adam (0.9, 0.98, 1e-9) with warmup and cosine decay to 0; the peak rate comes from
+the LR sweep `mt_recipe_lr` (validation loss). Checkpoints every 200 steps; the end of the
+run averages the last `train.average_last` of them (`tx average` does the same by hand).
+
+mt_multi30k_paper: the 2017 paper's base layout scaled for a CPU: 3+3 post-norm layers,
+d 256, d_ff 1024, dropout 0.1, the inverse-square-root schedule (warmup 400), batch 32 rows.
+The ablations (mt_multi30k_small) derive from it.
+
+Reads multi30k/*.{en,de}.gz under data.raw_dir / $TX_RAW_DATA.
 """
 
 from tx.config import DataConfig, ModelConfig
 from tx.config.experiment import ExperimentConfig
 from tx.config.optim import OptimConfig
 from tx.config.train import DecodeConfig, TaskConfig, TrainConfig
-from tx.registry import experiment
+from tx.registry import axis, derive, experiment, lr_grid, sweep
+
+_DATA = DataConfig(dataset='multi30k', source_lang='en', target_lang='de', tokenizer='bpe',
+                   vocab_size=8000, seq_len=64, target_len=64, packing=True)
 
 
 @experiment
 def mt_multi30k_en_de():
-  """Multi30k En->De, 3+3 post-norm Transformer (d 256), joint BPE 8k, label smoothing 0.1."""
+  """Multi30k En->De reference recipe: 4+4 d128 post-norm Transformer-tiny, dropout 0.3."""
+  return ExperimentConfig(
+      model=ModelConfig(family='encoder_decoder', d_model=128, num_heads=4, d_ff=256,
+                        num_layers=4, max_len=128, position='sinusoidal', norm='layernorm',
+                        norm_position='post', ffn='relu', dropout=0.3, scale_embeddings=True,
+                        share_embeddings=True, tie_embeddings=True),
+      data=_DATA,
+      optim=OptimConfig(name='adam', learning_rate=3.16e-3, b1=0.9, b2=0.98, eps=1e-9,
+                        schedule='cosine', warmup_steps=420, clip_norm=None),
+      train=TrainConfig(steps=4200, batch_size=64, eval_every=300, eval_batches=None,
+                        log_every=50, checkpoint_every=200, keep_checkpoints=10),
+      task=TaskConfig(label_smoothing=0.1),
+      decode=DecodeConfig(strategy='beam', beam_size=5, length_penalty=0.6, max_len=64),
+  )
+
+
+@experiment
+def mt_multi30k_paper():
+  """Multi30k En->De, the 2017 paper's layout for a CPU: 3+3 post-norm d256, dropout 0.1."""
   return ExperimentConfig(
       model=ModelConfig(family='encoder_decoder', d_model=256, num_heads=4, d_ff=1024,
                         num_layers=3, max_len=128, position='sinusoidal', norm='layernorm',
                         norm_position='post', ffn='relu', dropout=0.1, scale_embeddings=True,
                         share_embeddings=True, tie_embeddings=True),
-      data=DataConfig(dataset='multi30k', source_lang='en', target_lang='de', tokenizer='bpe',
-                      vocab_size=8000, seq_len=64, target_len=64, packing=True),
+      data=_DATA,
       optim=OptimConfig(name='adam', learning_rate=1.0, b1=0.9, b2=0.98, eps=1e-9,
                         schedule='inverse_sqrt', warmup_steps=400, clip_norm=None),
       train=TrainConfig(steps=1500, batch_size=32, eval_every=250, eval_batches=None,
@@ -37,3 +63,21 @@ def mt_multi30k_en_de():
       task=TaskConfig(label_smoothing=0.1),
       decode=DecodeConfig(strategy='beam', beam_size=4, length_penalty=0.6, max_len=64),
   )
+
+
+@experiment
+def mt_recipe_lr_probe():
+  """mt_multi30k_en_de for 300 steps (warmup 30): the LR sweep's short run."""
+  return derive('mt_multi30k_en_de', {
+      'train.steps': 300, 'optim.warmup_steps': 30, 'train.eval_every': 300,
+      'train.checkpoint_every': 300, 'train.keep_checkpoints': 1})
+
+
+sweep('mt_recipe_lr', base='mt_recipe_lr_probe',
+      axes=axis('optim.learning_rate', lr_grid(1e-3, 1e-2, per_decade=2)),
+      description="The recipe's peak learning rate: validation loss after 300 steps")
+
+sweep('mt_recipe_warmup', base='mt_recipe_lr_probe',
+      axes=axis('optim.learning_rate', [1e-3, 3.16e-3]),
+      overrides={'optim.warmup_steps': 150},
+      description='The same two best rates with warmup 150 instead of 30 (post-norm wants warmup)')

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import flax.linen as nn
@@ -20,6 +21,18 @@ from tx.train.state import state_shardings
 
 def load_run(workdir: str | Path, *, step: int | None = None):
   """(config, state, mesh) of the run in `workdir` at `step` (default: latest complete)."""
+  with open_checkpoints(workdir) as (cfg, ckpt, abstract, mesh):
+    if step is None and ckpt.latest_step() is None:
+      raise CheckpointError(f'{ckpt.directory}: no complete checkpoint; train first with '
+                            '`tx train`')
+    state, _, meta, step = ckpt.restore(abstract, step=step)
+  return cfg, state, mesh, step
+
+
+@contextlib.contextmanager
+def open_checkpoints(workdir: str | Path):
+  """Yields (config, Checkpointer, abstract TrainState, mesh) of the run in `workdir`, inside
+  its mesh and logical-axis rules; the Checkpointer is closed on exit."""
   workdir = Path(workdir)
   cfg = run_dir.load_run_config(workdir)
   ckpt_dir = workdir / run_dir.CHECKPOINTS
@@ -34,12 +47,9 @@ def load_run(workdir: str | Path, *, step: int | None = None):
         nn.logical_axis_rules(logical_rules(cfg.mesh)):
       abstract, _ = state_shardings(model, optimizer, cfg.model, mesh, logical_rules(cfg.mesh),
                                     cfg.train.seed)
-      if step is None and ckpt.latest_step() is None:
-        raise CheckpointError(f'{ckpt_dir}: no complete checkpoint; train first with `tx train`')
-      state, _, meta, step = ckpt.restore(abstract, step=step)
+      yield cfg, ckpt, abstract, mesh
   finally:
     ckpt.close()
-  return cfg, state, mesh, step
 
 
 def run_tokenizer(cfg):

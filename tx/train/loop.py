@@ -25,7 +25,7 @@ from tx.config.experiment import ExperimentConfig
 from tx.data import make_pipeline
 from tx.models.build import build_model, count_params
 from tx.tasks import make_task, summarize
-from tx.train import memory, processes, run_dir, run_lock
+from tx.train import averaging, memory, processes, run_dir, run_lock
 from tx.train.checkpoint import Checkpointer
 from tx.train.errors import NonFiniteError
 from tx.train.evaluate import evaluate
@@ -172,7 +172,7 @@ def train(cfg: ExperimentConfig, workdir: str | Path, *, quiet: bool = False,
         finally:
           progress.close()
         run.ckpt.wait()
-        return _finish(run, state, final_eval)
+        return _finish(run, state, final_eval, eval_step)
     finally:
       run.ckpt.close()
       run.writer.close()
@@ -361,17 +361,40 @@ def _checkpoint(run: _Run, state, batches, *, evaluated: bool) -> None:
                 metrics=run.last_eval if evaluated else None)
 
 
-def _finish(run: _Run, state, final_eval: FinalEval | None) -> RunResult:
-  """summary.json (after `final_eval`) and the RunResult."""
+def _finish(run: _Run, state, final_eval: FinalEval | None, eval_step) -> RunResult:
+  """The checkpoint average (train.average_last), summary.json (after `final_eval`) and the
+  RunResult."""
   extra = {}
   if final_eval is not None:
     extra = final_eval(run.cfg, state.params, run.mesh, run.train_pipe.tokenizer)
-  summary = _write_summary(run, state, status='done', extra_eval=extra)
+  average = _average(run, eval_step)
+  summary = _write_summary(run, state, status='done', extra_eval=extra, average=average)
   return RunResult(summary=summary, state=state, config=run.cfg,
                    tokenizer=run.train_pipe.tokenizer)
 
 
-def _write_summary(run: _Run, state, *, status: str, extra_eval: dict | None = None) -> dict:
+def _average(run: _Run, eval_step) -> dict:
+  """Averages the last train.average_last checkpoints into <workdir>/average and evaluates
+  the average on the validation split: {'steps', 'dir', 'eval'} ({} when off)."""
+  n = run.cfg.train.average_last
+  if not n:
+    return {}
+  steps = averaging.cadence_steps(run.ckpt, run.cfg.train, n)
+  if len(steps) < n:
+    say(f'train.average_last={n}: only {len(steps)} checkpoints on the cadence were kept; '
+        f'averaging steps {steps}')
+  params, state = averaging.average_checkpoints(run.ckpt, run.abstract, steps)
+  out = averaging.write_average(run.workdir / averaging.AVERAGE_DIR, run.cfg, state, steps,
+                                source=run.workdir, meta=run.meta, replace=True)
+  metrics = evaluate(eval_step, params, run.eval_pipe, run.mesh,
+                     max_batches=run.cfg.train.eval_batches)
+  run.writer.write(run.step, metrics, prefix='eval_average/')
+  say(f'averaged steps {steps} into {out}: eval loss {metrics.get("loss", float("nan")):.4f}')
+  return {'steps': steps, 'dir': str(out), 'eval': metrics}
+
+
+def _write_summary(run: _Run, state, *, status: str, extra_eval: dict | None = None,
+                   average: dict | None = None) -> dict:
   """summary.json (process 0 writes it): 'done', or 'diverged' for a run stopped by a
   non-finite loss, which a sweep counts as a finished data point."""
   summary = {
@@ -390,6 +413,8 @@ def _write_summary(run: _Run, state, *, status: str, extra_eval: dict | None = N
     summary['mfu'] = run.steps_run / run.train_time * run.step_flops / run.peak_flops
   if extra_eval:
     summary['eval'] = dict(summary['eval'], **extra_eval)
+  if average:
+    summary['average'] = average
   if jax.process_index() == 0:
     run_dir.write_json(run.workdir / run_dir.SUMMARY, summary)
   return summary
