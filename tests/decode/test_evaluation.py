@@ -30,6 +30,14 @@ def test_bleu_of_perfect_output_is_100_and_of_garbage_about_0():
     evaluation.corpus_scores(REFS[:2], REFS)
 
 
+def test_lower_cased_bleu_ignores_case_only():
+  shouted = [r.upper() for r in REFS]
+  scores = evaluation.corpus_scores(shouted, REFS)
+  assert scores['bleu_lc'] == pytest.approx(100.0) and scores['bleu'] < 20.0
+  assert 'case:lc' in scores['bleu_lc_signature'] and 'tok:13a' in scores['bleu_lc_signature']
+  assert 'case:mixed' in scores['bleu_signature']
+
+
 def test_translation_scores_over_padded_batches(dm):
   """3 sentences in batches of 2 (the last one filled); beam size 1 without a length
   penalty must give exactly the greedy translations."""

@@ -102,10 +102,12 @@ def _generation_metrics(cfg, params, mesh, split: str, args, loss_metrics: dict)
 
 def _report(result: dict) -> None:
   if 'bleu' in result:
-    for key in sorted(k for k in result if k.startswith('bleu_') and k != 'bleu_signature'):
-      s = key[len('bleu_'):]
-      print(f'{s:>8}: BLEU {result[key]:6.2f}  chrF {result[f"chrf_{s}"]:6.2f}')
-    print(f'sacreBLEU {result["bleu_signature"]}\nchrF {result["chrf_signature"]}')
+    for s in sorted(k[len('chrf_'):] for k in result
+                    if k.startswith('chrf_') and k != 'chrf_signature'):
+      print(f'{s:>8}: BLEU {result[f"bleu_{s}"]:6.2f}  lower-cased BLEU '
+            f'{result[f"bleu_lc_{s}"]:6.2f}  chrF {result[f"chrf_{s}"]:6.2f}')
+    print(f'sacreBLEU {result["bleu_signature"]}\nlower-cased {result["bleu_lc_signature"]}\n'
+          f'chrF {result["chrf_signature"]}')
   if 'extrapolation' in result:
     print('context  perplexity')
     for length, ppl in result['extrapolation'].items():

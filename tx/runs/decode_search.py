@@ -1,9 +1,9 @@
 """`tx decode-search`: BLEU of a translation model over beam sizes x length penalties.
 
     tx decode-search --workdir runs/mt/average --beam-size 1 4 5 --length-penalty 0.6 1.0
-    # beam  penalty   BLEU   chrF
-    #    1        -  36.10  62.00      (beam 1 = greedy: the penalty does not apply)
-    #    4      0.6  37.20  62.90
+    # beam  penalty   BLEU BLEU lc   chrF     (BLEU lc: 13a-tokenized, lower-cased)
+    #    1        -  ...                     (beam 1 = greedy: the penalty does not apply)
+    #    4      0.6  ...
     # ...
     # best on validation: --set decode.beam_size=5 decode.length_penalty=1.0
 
@@ -38,7 +38,7 @@ def run_decode_search(args) -> int:
   settings = sorted({(b, None if b == 1 else lp) for b in args.beam_size
                      for lp in args.length_penalty}, key=lambda s: (s[0], s[1] or 0))
   rows = []
-  print(f'{"beam":>4} {"penalty":>8} {"BLEU":>6} {"chrF":>6}')
+  print(f'{"beam":>4} {"penalty":>8} {"BLEU":>6} {"BLEU lc":>7} {"chrF":>6}')
   for beam, penalty in settings:
     decode_cfg = cfg.decode.replace(beam_size=beam, length_penalty=penalty or 0.0)
     scores = evaluation.translation_scores(
@@ -46,9 +46,10 @@ def run_decode_search(args) -> int:
         decode_cfg=decode_cfg, batch_size=args.decode_batch, tokenizer=tokenizer,
         max_sentences=args.sentences)
     rows.append({'beam_size': beam, 'length_penalty': penalty, 'bleu': scores['bleu'],
-                 'chrf': scores['chrf']})
+                 'bleu_lc': scores['bleu_lc'], 'chrf': scores['chrf']})
     shown = '-' if penalty is None else f'{penalty:g}'
-    print(f'{beam:>4} {shown:>8} {scores["bleu"]:6.2f} {scores["chrf"]:6.2f}', flush=True)
+    print(f'{beam:>4} {shown:>8} {scores["bleu"]:6.2f} {scores["bleu_lc"]:7.2f} '
+          f'{scores["chrf"]:6.2f}', flush=True)
   best = max(rows, key=lambda r: r['bleu'])
   flags = f'--set decode.beam_size={best["beam_size"]}' + (
       '' if best['length_penalty'] is None else f' decode.length_penalty={best["length_penalty"]}')

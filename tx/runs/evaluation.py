@@ -6,8 +6,8 @@ longer contexts (length extrapolation), masked-token accuracy.
     # {64: 5.1, 128: 4.9, 256: 5.3}: perplexity at 1x, 2x, 4x data.seq_len
 
 BLEU is sacreBLEU's corpus BLEU on detokenized text (the tokenizer's `decode`) against
-the raw reference sentences, with its default 13a tokenization (cased); chrF is
-sacreBLEU's chrF2. Both come with their signatures, which belong next to the number.
+the raw reference sentences, with its default 13a tokenization (cased); `bleu_lc` is the
+same on lower-cased text (13a-tokenized, lower-cased BLEU); chrF is sacreBLEU's chrF2. Both come with their signatures, which belong next to the number.
 
 Loss-based metrics come from `tx.train.evaluate`; decoding from `tx.decode`.
 """
@@ -29,16 +29,20 @@ DEFAULT_FACTORS = (1, 2, 4)
 
 
 def corpus_scores(hypotheses: list[str], references: list[str]) -> dict:
-  """{'bleu', 'chrf', 'bleu_signature', 'chrf_signature'} of detokenized sentences
-  (one reference each): sacreBLEU corpus BLEU (13a tokenization) and chrF."""
+  """{'bleu', 'bleu_lc', 'chrf' and their '*_signature's} of detokenized sentences (one
+  reference each): sacreBLEU corpus BLEU (13a tokenization, cased), the same on lower-cased
+  text ('bleu_lc': 13a-tokenized, lower-cased BLEU, what papers reporting tokenized
+  lower-cased BLEU on Multi30k compare with) and chrF."""
   from sacrebleu.metrics import BLEU, CHRF  # pylint: disable=g-import-not-at-top  (heavy: kept off start-up)
   if len(hypotheses) != len(references):
     raise ValueError(f'{len(hypotheses)} hypotheses but {len(references)} references')
-  bleu, chrf = BLEU(tokenize='13a'), CHRF()
+  bleu, bleu_lc, chrf = BLEU(tokenize='13a'), BLEU(tokenize='13a', lowercase=True), CHRF()
   refs = [list(references)]
   return {'bleu': bleu.corpus_score(hypotheses, refs).score,
+          'bleu_lc': bleu_lc.corpus_score(hypotheses, refs).score,
           'chrf': chrf.corpus_score(hypotheses, refs).score,
           'bleu_signature': str(bleu.get_signature()),
+          'bleu_lc_signature': str(bleu_lc.get_signature()),
           'chrf_signature': str(chrf.get_signature())}
 
 
@@ -54,8 +58,8 @@ def translation_scores(cfg, params, split: str, *, strategies=('greedy', 'beam')
     max_sentences: score only the first N pairs of the split (default: all).
     source, tokenizer: replace tx.data.sources / the dataset tokenizer (tests).
   Returns:
-    {'bleu', 'chrf'} of the LAST strategy (beam by default), 'bleu_<s>' / 'chrf_<s>' for
-    every strategy, the sacreBLEU signatures, 'sentences' and, per strategy, 'examples_<s>'
+    {'bleu', 'bleu_lc', 'chrf'} of the LAST strategy (beam by default), 'bleu_<s>',
+    'bleu_lc_<s>' and 'chrf_<s>' for every strategy, the sacreBLEU signatures, 'sentences' and, per strategy, 'examples_<s>'
     (the first 3 hypotheses with their sources and references).
   """
   decode_cfg = decode_cfg or cfg.decode
@@ -71,8 +75,10 @@ def translation_scores(cfg, params, split: str, *, strategies=('greedy', 'beam')
                           batch_size=batch_size or cfg.train.batch_size)
     scores = corpus_scores(hyps, refs)
     out.update({f'bleu_{strategy}': scores['bleu'], f'chrf_{strategy}': scores['chrf'],
+                f'bleu_lc_{strategy}': scores['bleu_lc'], 'bleu_lc': scores['bleu_lc'],
                 'bleu': scores['bleu'], 'chrf': scores['chrf'],
                 'bleu_signature': scores['bleu_signature'],
+                'bleu_lc_signature': scores['bleu_lc_signature'],
                 'chrf_signature': scores['chrf_signature'],
                 f'examples_{strategy}': [{'source': s, 'reference': r, 'output': h}
                                          for s, r, h in zip(srcs[:3], refs[:3], hyps[:3])]})
