@@ -5,6 +5,8 @@
     tx train --workdir DIR [--set ...]     continue DIR's run with its own config.json
     tx eval --workdir DIR [--split NAME] [--step N] [--extrapolation 1,2,4] [--bleu-batches N]
     tx generate --workdir DIR (--prompt TEXT | --input FILE) [--output FILE] [--set decode.*=...]
+    tx average --workdir DIR (--last N | --steps S ...) [--out DIR]      -> DIR/average
+    tx decode-search --workdir DIR [--beam-size K ...] [--length-penalty A ...] [--split NAME]
     tx sweep SWEEP --workdir DIR [--seeds N] [--only PATTERN] [--dry-run | --commands] [--set ...]
     tx sweep SWEEP --workdir DIR --slurm [--partition P] [--gpus-per-run N] [--time T] ...
     tx compare DIR... [--metric NAME] [--baseline VARIANT] [--out DIR] [--x KEY] [--curves KEY ...]
