@@ -47,16 +47,18 @@ from tx.registry import axis, derive, experiment, lr_grid, sweep
 
 _DATA = DataConfig(dataset='multi30k', source_lang='en', target_lang='de', tokenizer='bpe',
                    vocab_size=8000, seq_len=64, target_len=64, packing=True)
+# Both models: post-norm, ReLU, sinusoidal positions, one embedding table shared by source,
+# target and the output projection, scaled by sqrt(d).
+_LAYOUT = dict(family='encoder_decoder', num_heads=4, max_len=128, position='sinusoidal',
+               norm='layernorm', norm_position='post', ffn='relu', scale_embeddings=True,
+               share_embeddings=True, tie_embeddings=True)
 
 
 @experiment
 def mt_multi30k_en_de():
   """Multi30k En->De reference recipe: 4+4 d128 post-norm Transformer-tiny, dropout 0.3."""
   return ExperimentConfig(
-      model=ModelConfig(family='encoder_decoder', d_model=128, num_heads=4, d_ff=256,
-                        num_layers=4, max_len=128, position='sinusoidal', norm='layernorm',
-                        norm_position='post', ffn='relu', dropout=0.3, scale_embeddings=True,
-                        share_embeddings=True, tie_embeddings=True),
+      model=ModelConfig(d_model=128, d_ff=256, num_layers=4, dropout=0.3, **_LAYOUT),
       data=_DATA,
       optim=OptimConfig(name='adam', learning_rate=3.16e-3, b1=0.9, b2=0.98, eps=1e-9,
                         schedule='cosine', warmup_steps=420, clip_norm=None),
@@ -71,10 +73,7 @@ def mt_multi30k_en_de():
 def mt_multi30k_paper():
   """Multi30k En->De, the 2017 paper's layout for a CPU: 3+3 post-norm d256, dropout 0.1."""
   return ExperimentConfig(
-      model=ModelConfig(family='encoder_decoder', d_model=256, num_heads=4, d_ff=1024,
-                        num_layers=3, max_len=128, position='sinusoidal', norm='layernorm',
-                        norm_position='post', ffn='relu', dropout=0.1, scale_embeddings=True,
-                        share_embeddings=True, tie_embeddings=True),
+      model=ModelConfig(d_model=256, d_ff=1024, num_layers=3, dropout=0.1, **_LAYOUT),
       data=_DATA,
       optim=OptimConfig(name='adam', learning_rate=1.0, b1=0.9, b2=0.98, eps=1e-9,
                         schedule='inverse_sqrt', warmup_steps=400, clip_norm=None),
