@@ -72,6 +72,14 @@ def test_two_processes_by_flags_equal_one(tt, reference_config):
       config, workdir, '--coordinator', f'127.0.0.1:{port}', '--num-processes', '2',
       '--process-id', str(i), '--coordinator-timeout', '120'), lambda i: {})
   _check_equals_one_process(tt, workdir, _finish(procs), ref_dir, reference)
+  # Run again: every process agrees the run is finished; nothing in it changes.
+  summary, port = (workdir / 'summary.json').read_bytes(), tt.free_port()
+  again = _finish(_start(tt, tmp, lambda i: _train_argv(
+      config, workdir, '--coordinator', f'127.0.0.1:{port}', '--num-processes', '2',
+      '--process-id', str(i), '--coordinator-timeout', '120'), lambda i: {}))
+  assert [rc for rc, _, _ in again] == [0, 0], again[0][2][-3000:] + again[1][2][-3000:]
+  assert 'already finished' in again[0][2]
+  assert (workdir / 'summary.json').read_bytes() == summary
 
 
 def test_a_slurm_environment_is_detected(tt, reference_config):

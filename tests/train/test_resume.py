@@ -129,3 +129,23 @@ def test_metrics_after_the_resume_point_are_identical(runs):
   summary_b = json.loads((runs['b'] / 'summary.json').read_text())
   assert summary_a['eval'] == summary_b['eval']
   assert summary_a['steps'] == summary_b['steps'] == STEPS
+
+
+def test_a_finished_run_is_not_trained_or_evaluated_again(tt, tmp_path, capsys):
+  """Running a finished run again changes nothing in it; with summary.json gone, the final
+  evaluation runs again and writes it."""
+  from tx.train.loop import train  # pylint: disable=g-import-not-at-top
+  cfg = tt.config('decoder', name='tiny_finished', train=dict(steps=10))
+  workdir = tmp_path / 'run'
+  first = train(cfg, workdir, quiet=True)
+  files = {p: p.read_bytes() for p in (workdir / 'summary.json', workdir / 'metrics.jsonl')}
+  capsys.readouterr()
+  again = train(cfg, workdir, quiet=True)
+  assert 'already finished at step 10' in capsys.readouterr().err
+  assert again.summary == first.summary
+  assert {p: p.read_bytes() for p in files} == files
+  (workdir / 'summary.json').unlink()
+  rerun = train(cfg, workdir, quiet=True)
+  assert 'already finished' not in capsys.readouterr().err
+  assert rerun.summary['eval']['loss'] == first.summary['eval']['loss']
+  assert (workdir / 'summary.json').exists()

@@ -10,6 +10,7 @@ restarted run sees exactly the batches an uninterrupted run would have seen.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import math
 import sys
@@ -19,6 +20,8 @@ from typing import Any, Callable
 
 import flax.linen as nn
 import jax
+import numpy as np
+from jax.experimental import multihost_utils
 
 from tx.config.base import ConfigError
 from tx.config.experiment import ExperimentConfig
@@ -166,6 +169,12 @@ def train(cfg: ExperimentConfig, workdir: str | Path, *, quiet: bool = False,
       with jax.set_mesh(mesh), nn.logical_axis_rules(rules), PreemptionGuard() as guard:
         run.guard = guard
         state, batches = _restore_or_init(run)
+        done = _finished_summary(run)
+        if done is not None:
+          say(f'{workdir}: already finished at step {run.step} (summary.json kept); nothing to '
+              'train. Raise train.steps (--set train.steps=N) to train further')
+          return RunResult(summary=done, state=state, config=cfg,
+                           tokenizer=train_pipe.tokenizer)
         progress = _progress(run.step, cfg.train.steps, quiet)
         try:
           state = _train_steps(run, state, batches, compiled, eval_step, progress)
@@ -226,6 +235,30 @@ def _restore_or_init(run: _Run):
   run.step = int(jax.device_get(state.step))
   run.best, run.last_eval = run.meta.get('best_eval'), run.meta.get('last_eval')
   return state, batches
+
+
+def _finished_summary(run: _Run) -> dict | None:
+  """summary.json of a run that already reached train.steps and wrote it (status done), so
+  running it again changes nothing; None otherwise (also when summary.json is missing or
+  unreadable: then the final evaluation runs again and writes it). Process 0 decides for
+  every process (it alone writes summary.json)."""
+  summary = None
+  if run.step >= run.cfg.train.steps and jax.process_index() == 0:
+    path = run.workdir / run_dir.SUMMARY
+    try:
+      found = json.loads(path.read_text()) if path.exists() else None
+    except (OSError, ValueError):
+      found = None
+    if isinstance(found, dict) and found.get('status') == 'done' and found.get('steps') == run.step:
+      summary = found
+  if jax.process_count() > 1:
+    finished = multihost_utils.broadcast_one_to_all(np.int32(summary is not None))
+    if not int(finished):
+      return None
+    # Other processes print nothing (tx.cli); they need only the summary's shape.
+    return summary if summary is not None else {'status': 'done', 'steps': run.step,
+                                                'wall_time_s': 0.0, 'eval': {}}
+  return summary
 
 
 def _compile(run: _Run):
