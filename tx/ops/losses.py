@@ -52,7 +52,8 @@ def weighted_mean(values, weights=None):
 
 
 def token_accuracy(logits_BLV, labels_BL, weights_BL=None):
-  """(correct_sum, weight_sum) float32 scalars: weighted count of argmax == label.
+  """(correct_sum, weight_sum) float32 scalars: weighted count of argmax == label (a
+  label tied for the maximum logit counts as correct).
 
   Return sums, not a ratio, so they add up across batches and devices.
   """
@@ -61,7 +62,12 @@ def token_accuracy(logits_BLV, labels_BL, weights_BL=None):
   if labels_BL.shape != logits_BLV.shape[:-1]:
     raise ValueError(f'labels_BL shape {labels_BL.shape} must equal logits shape without '
                      f'the vocab axis {logits_BLV.shape[:-1]}')
-  correct_BL = (jnp.argmax(logits_BLV, axis=-1) == labels_BL).astype(jnp.float32)
+  # The label's logit against the row's maximum instead of argmax == label: the same count
+  # except on exact ties, and a max reduction instead of argmax's (value, index) one,
+  # which on CPU costs as much as the whole cross-entropy over a large vocabulary.
+  label_logit_BL = jnp.take_along_axis(logits_BLV, labels_BL[..., None].astype(jnp.int32),
+                                       axis=-1)[..., 0]
+  correct_BL = (label_logit_BL >= jnp.max(logits_BLV, axis=-1)).astype(jnp.float32)
   if weights_BL is None:
     weights_BL = jnp.ones_like(correct_BL)
   weights_BL = jnp.broadcast_to(jnp.asarray(weights_BL, jnp.float32), correct_BL.shape)
