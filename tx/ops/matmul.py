@@ -7,6 +7,15 @@ followed by a matmul its YNNPACK kernels do not take (Eigen's, which spends most
 time packing). Flattening the leading dimensions first makes every product of the layer,
 forward and backward, a plain 2-D matmul (benchmarks/NOTES.md has the measurements). The
 reshapes are free (bitcasts) and the result is the same product.
+
+In bfloat16 / float16, XLA:CPU's fast low-precision matmul (YNNPACK, bf16 inputs with
+float32 accumulation) takes a product only when its output is float32 and its left operand
+contracts its last dimension. A plain bf16 x bf16 -> bf16 dot, and the weight gradient
+xᵀ·g (left operand contracting its first dimension), are upcast to float32 matmuls instead,
+which is why a bf16 step used to be no faster than float32. `_low_precision_matmul` keeps
+all three products of a layer in the fast form: float32 accumulation, the output rounded
+to the input dtype, and xᵀ materialised by a transpose that XLA cannot fold back into the
+dot (benchmarks/NOTES.md, attempt 19).
 """
 
 from __future__ import annotations
@@ -14,6 +23,9 @@ from __future__ import annotations
 import math
 
 import jax
+import jax.numpy as jnp
+
+_LOW_PRECISION = (jnp.bfloat16, jnp.float16)
 
 
 def dense_dot_general(lhs, rhs, dimension_numbers, precision=None,
@@ -34,11 +46,52 @@ def dense_dot_general(lhs, rhs, dimension_numbers, precision=None,
     return jax.lax.dot_general(lhs, rhs, dimension_numbers, precision=precision,
                                preferred_element_type=preferred_element_type, **kwargs)
   lead, inner, out = lhs.shape[:-k], lhs.shape[-k:], rhs.shape[k:]
-  y = jax.lax.dot_general(
-      lhs.reshape(math.prod(lead), math.prod(inner)),
-      rhs.reshape(math.prod(inner), math.prod(out)), (((1,), (0,)), ((), ())),
-      precision=precision, preferred_element_type=preferred_element_type, **kwargs)
+  lhs_2d = lhs.reshape(math.prod(lead), math.prod(inner))
+  rhs_2d = rhs.reshape(math.prod(inner), math.prod(out))
+  if (lhs.dtype == rhs.dtype and lhs.dtype in _LOW_PRECISION and not kwargs
+      and preferred_element_type in (None, lhs.dtype)):
+    y = _low_precision_matmul(lhs_2d, rhs_2d)
+  else:
+    y = jax.lax.dot_general(lhs_2d, rhs_2d, (((1,), (0,)), ((), ())), precision=precision,
+                            preferred_element_type=preferred_element_type, **kwargs)
   return y.reshape(lead + out)
+
+
+def _accumulate_f32(lhs, rhs, contract):
+  """lhs · rhs contracting dims `contract`, accumulated in float32, rounded to lhs.dtype."""
+  return jax.lax.dot_general(lhs, rhs, (contract, ((), ())),
+                             preferred_element_type=jnp.float32).astype(lhs.dtype)
+
+
+def _materialized_transpose(x_MK):
+  """x [M, K] -> xᵀ [K, M] as a real copy. A 2-D transpose feeding a dot is folded into
+  the dot's dimension numbers (the slow form); transposing a 3-D view of x is not."""
+  m, k = x_MK.shape
+  block = next((b for b in (8, 4, 2) if m % b == 0), None)
+  if block is None:
+    return x_MK.T
+  return x_MK.reshape(m // block, block, k).transpose(2, 0, 1).reshape(k, m)
+
+
+@jax.custom_vjp
+def _low_precision_matmul(x_MK, w_KN):
+  """x [M, K] · w [K, N] -> [M, N] in x's dtype, accumulated in float32."""
+  return _accumulate_f32(x_MK, w_KN, ((1,), (0,)))
+
+
+def _low_precision_matmul_fwd(x_MK, w_KN):
+  return _low_precision_matmul(x_MK, w_KN), (x_MK, w_KN)
+
+
+def _low_precision_matmul_bwd(residuals, g_MN):
+  x_MK, w_KN = residuals
+  g_MN = g_MN.astype(x_MK.dtype)
+  d_x = _accumulate_f32(g_MN, w_KN, ((1,), (1,)))                          # g · wᵀ
+  d_w = _accumulate_f32(_materialized_transpose(x_MK), g_MN, ((1,), (0,)))  # xᵀ · g
+  return d_x, d_w.astype(w_KN.dtype)
+
+
+_low_precision_matmul.defvjp(_low_precision_matmul_fwd, _low_precision_matmul_bwd)
 
 
 def dense(x, kernel, in_dims: int = 1, **kwargs):
