@@ -96,3 +96,43 @@ def test_scanned_layers_keep_the_program_size_flat():
   program does not grow with depth (unrolled, 24 layers lower to ~10x the 2-layer text)."""
   two, many = _hlo_size(2), _hlo_size(24)
   assert many <= 1.05 * two, (two, many)
+
+
+def _bf16_doc(isa):
+  doc = _doc(tx_tokens=2000.0, peer_tokens=1000.0, tx_rss=3e9, peer_rss=10e9)
+  train = lambda tokens, s: {'tokens_per_s': tokens, 'step_time_s': s, 'peak_rss_bytes': 1e9,
+                             'flops_per_step': 100e9, 'compile_s': 1.0, 'first_step_s': 1.0}
+  doc['cases']['gpt_6l_bf16'] = {
+      'spec': {'family': 'decoder', 'dtype': 'bfloat16', 'float32_case': 'gpt_6l'},
+      'tx_train': train(3200.0, 1.25), 'peer_train': train(1600.0, 2.5)}
+  doc['machine'] = {'processor': 'cpu', 'platform': 'x', 'cpu_count': 2, 'threads': 2,
+                    'jax': '0', 'host': {'isa': isa}}
+  doc['peer_ceiling'] = {'float32': 120e9, 'bfloat16': 60e9}
+  doc['rows'] = report.rows(doc)
+  doc['targets'] = report.targets(doc)
+  return doc
+
+
+def test_bf16_rows_targets_and_the_ceiling_arithmetic():
+  doc = _bf16_doc({'avx512_bf16': True, 'amx_bf16': False})
+  by = {(r['case'], r['metric']): r for r in doc['rows']}
+  assert by['gpt_6l_bf16', 'bf16 / float32 tokens/s']['tx'] == pytest.approx(1.6)  # 3200/2000
+  assert by['gpt_6l_bf16', 'bf16 / float32 tokens/s']['peer'] == pytest.approx(1.6)
+  # 100 GFLOP in 1.25 s against the bf16 ceiling of 50 GFLOP/s
+  assert by['gpt_6l_bf16', 'train MFU']['tx'] == pytest.approx(1.6)
+  met = {t['target']: t['met'] for t in doc['targets']}
+  assert met['bf16 train >= 1.5x tx float32 (6L)'] is True
+  assert met['bf16 train tokens/s >= 1.0x peer in bf16 (6L)'] is True
+  lines = report.ceiling_arithmetic(doc)
+  # float32: the peer runs 100 GFLOP in 4 s = 25 GFLOP/s; 1.5x = 37.5 of XLA's 100 -> 38 %
+  assert 'float32' in lines[0] and '38%' in lines[0] and 'within reach' in lines[0]
+  # bf16: 100 GFLOP in 2.5 s = 40 GFLOP/s; 1.5x = 60 of XLA's 50 -> 120 %
+  assert '120%' in lines[1] and 'ruled out' in lines[1]
+  assert 'GEMM ceilings and the 1.5x target' in report.table(doc)
+
+
+def test_bf16_targets_are_not_judged_without_bf16_arithmetic():
+  doc = _bf16_doc({'avx2': True, 'avx512_bf16': False, 'amx_bf16': False})
+  bf16 = [t for t in doc['targets'] if t['target'] in {b[0] for b in report.BF16_TARGETS}]
+  assert len(bf16) == 3 and all(t['met'] is None and t['note'] == report.NO_BF16 for t in bf16)
+  assert 'no bf16 arithmetic on this host' in report.table(doc)

@@ -60,3 +60,15 @@ def test_cli_prints_one_json_line(capsys):
                     '"enc_layers": 1, "dec_layers": 1, "src_len": 4}'])
   result = json.loads(capsys.readouterr().out)
   assert result['peak_rss_bytes'] > 0 and result['generated_tokens'] == 2
+
+
+def test_gpt2_train_in_bf16_autocast():
+  result = torch_peers.gpt2_train(dict(TINY, dtype='bfloat16'))
+  _check(result, TRAIN)
+  with pytest.raises(ValueError, match='float32 or bfloat16'):
+    torch_peers.gpt2_train(dict(TINY, dtype='float16'))
+
+
+def test_ceiling_reports_both_dtypes():
+  result = torch_peers.ceiling({'threads': 1, 'n': 64, 'repeats': 2})
+  _check(result, ('float32_flops', 'bfloat16_flops', 'float32_flops_best'))

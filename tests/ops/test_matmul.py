@@ -60,3 +60,44 @@ def test_the_weight_gradient_contracts_one_dimension():
   assert flat.count(' dot(') >= 1
   assert all(',' not in c for c in contracted(flat)), contracted(flat)
   assert 'transpose' not in re.sub(r'metadata=\{[^}]*\}', '', flat)
+
+
+def test_bf16_product_values_gradients_and_dtype():
+  """bf16 inputs: float32 accumulation, result in bf16; gradients match float32 autodiff of
+  the same (bf16-rounded) inputs to bf16 precision."""
+  x, w = _pair((4, 16, 32), (32, 24))
+  xb, wb = x.astype(jnp.bfloat16), w.astype(jnp.bfloat16)
+  y = dense(xb, wb)
+  assert y.dtype == jnp.bfloat16
+  want = jnp.tensordot(xb.astype(jnp.float32), wb.astype(jnp.float32), 1)
+  np.testing.assert_allclose(y.astype(jnp.float32), want, rtol=2e-2, atol=2e-2)
+  # A linear loss, so the gradients do not depend on how the forward result was rounded.
+  c = jax.random.normal(jax.random.PRNGKey(1), y.shape).astype(jnp.bfloat16).astype(jnp.float32)
+  loss = lambda f: lambda x, w: jnp.sum(f(x, w).astype(jnp.float32) * c)
+  got = jax.grad(loss(dense), argnums=(0, 1))(xb, wb)
+  ref = jax.grad(loss(lambda x, w: jnp.tensordot(x, w, 1)), argnums=(0, 1))(
+      xb.astype(jnp.float32), wb.astype(jnp.float32))
+  for g, e in zip(got, ref):
+    assert g.dtype == jnp.bfloat16
+    np.testing.assert_allclose(g.astype(jnp.float32), e, rtol=2e-2, atol=2e-2 * np.abs(e).max())
+  # An explicit float32 result keeps the plain product.
+  assert dense(xb, wb, preferred_element_type=jnp.float32).dtype == jnp.float32
+
+
+def test_bf16_products_compile_to_float32_accumulating_row_major_dots():
+  """All three products of a bf16 layer (forward, input and weight gradients) are dots of bf16
+  operands with a float32 result, none contracting its left operand's first dimension: the
+  forms XLA:CPU's bf16 kernels take (the module docstring)."""
+  x, w = _pair((4, 16, 32), (32, 64))
+  xb, wb = x.astype(jnp.bfloat16), w.astype(jnp.bfloat16)
+  grad = jax.jit(jax.grad(lambda x, w: jnp.sum(dense(x, w).astype(jnp.float32) ** 2),
+                          argnums=(0, 1)))
+  hlo = grad.lower(xb, wb).compile().as_text()
+  dots = re.findall(r'= (\w+)\[[\d,]*\]\{[\d,]*\} dot\((%[\w.]+), (%[\w.]+)\), '
+                    r'lhs_contracting_dims=\{([\d,]*)\}', hlo)
+  assert len(dots) == 3, dots
+  for out_dtype, lhs, rhs, lhs_contract in dots:
+    assert out_dtype == 'f32' and lhs_contract != '0', (out_dtype, lhs_contract)
+    for operand in (lhs, rhs):
+      shape = re.search(re.escape(operand) + r'(?:\s*=|:) (\w+)\[', hlo).group(1)
+      assert shape == 'bf16', (operand, shape)

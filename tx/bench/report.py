@@ -16,6 +16,15 @@ TARGETS = (
     ('24-layer scanned compile <= 1.3x 2-layer', 'compile_24l', 'compile s / 2-layer', 'max', 1.3),
     ('MFU of the 6-layer model >= 55% (float32)', 'gpt_6l', 'train MFU', 'min', 0.55),
 )
+# Issue 24's bf16 targets, judged only on hosts with bf16 arithmetic (avx512_bf16 or AMX).
+BF16_TARGETS = (
+    ('bf16 train >= 1.5x tx float32 (6L)', 'gpt_6l_bf16', 'bf16 / float32 tokens/s', 'min',
+     1.5),
+    ('MFU of the 6-layer model >= 35% (bf16 ceiling)', 'gpt_6l_bf16', 'train MFU', 'min', 0.35),
+    ('bf16 train tokens/s >= 1.0x peer in bf16 (6L)', 'gpt_6l_bf16', 'train tokens/s', 'min',
+     1.0),
+)
+NO_BF16 = 'no bf16 arithmetic on this host (no avx512_bf16 / AMX): bf16 targets not judged'
 
 
 def _ratio(a, b):
@@ -58,6 +67,12 @@ def rows(doc: dict) -> list[dict]:
       p = c.get(f'peer_decode_b{batch}')
       add(name, f'decode b{batch} tokens/s', c[key]['new_tokens_per_s'],
           p and p['new_tokens_per_s'])
+    base = doc['cases'].get(spec.get('float32_case') or '', {})
+    if txt and base.get('tx_train'):
+      own = lambda side: (c.get(f'{side}_train') or {}).get('tokens_per_s')
+      base_own = lambda side: (base.get(f'{side}_train') or {}).get('tokens_per_s')
+      add(name, 'bf16 / float32 tokens/s', _ratio(own('tx'), base_own('tx')),
+          _ratio(own('peer'), base_own('peer')), ratio=None)
     if 'tx_compile' in c:
       seconds = c['tx_compile']['compile_s']
       add(name, 'compile s', seconds, None, ratio=None)
@@ -66,17 +81,53 @@ def rows(doc: dict) -> list[dict]:
   return out
 
 
+def has_bf16_arithmetic(doc: dict) -> bool | None:
+  """Whether the measured host has bf16 arithmetic (None: no host record)."""
+  isa = (doc.get('machine') or {}).get('host', {}).get('isa')
+  if not isa:
+    return None
+  return bool(isa.get('avx512_bf16') or isa.get('amx_bf16'))
+
+
 def targets(doc: dict) -> list[dict]:
   """Each target with the measured value (tx / peer, or the value itself) and met or not
-  (None when the suite did not measure it)."""
+  (None when the suite did not measure it, or for a bf16 target on a host without bf16
+  arithmetic: `note` says so)."""
   by = {(r['case'], r['metric']): r for r in doc['rows']}
+  bf16_host = has_bf16_arithmetic(doc) is not False
   out = []
-  for label, case, metric, kind, bound in TARGETS:
+  for label, case, metric, kind, bound in TARGETS + BF16_TARGETS:
     r = by.get((case, metric))
     value = None if r is None else (r['ratio'] if r['ratio'] is not None else r['tx'])
     met = None if value is None else (value >= bound if kind == 'min' else value <= bound)
-    out.append({'target': label, 'value': value, 'bound': bound, 'kind': kind, 'met': met})
+    row = {'target': label, 'value': value, 'bound': bound, 'kind': kind, 'met': met}
+    if (label, case, metric, kind, bound) in BF16_TARGETS and not bf16_host:
+      row.update(met=None, note=NO_BF16)
+    out.append(row)
   return out
+
+
+def ceiling_arithmetic(doc: dict) -> list[str]:
+  """Per dtype, whether 1.5x the peer's training speed fits under XLA's GEMM ceiling: the
+  peer's FLOP rate on the 6-layer model (tx's FLOP count), times 1.5, as a fraction of XLA's
+  matmul ceiling. Above 100 %, the ceilings rule 1.5x out on this host."""
+  peer_ceiling = doc.get('peer_ceiling')
+  if not peer_ceiling:
+    return []
+  lines = []
+  for dtype, case in (('float32', 'gpt_6l'), ('bfloat16', 'gpt_6l_bf16')):
+    c = doc['cases'].get(case, {})
+    txt, peer = c.get('tx_train'), c.get('peer_train')
+    if not (txt and peer):
+      continue
+    peer_rate = txt['flops_per_step'] / peer['step_time_s']
+    need = 1.5 * peer_rate / doc['ceiling'][dtype]
+    verdict = 'within reach' if need <= 1.0 else 'ruled out by the ceilings'
+    lines.append(
+        f'{dtype}: GEMM ceilings XLA {doc["ceiling"][dtype] / 1e9:.0f} / torch '
+        f'{peer_ceiling[dtype] / 1e9:.0f} GFLOP/s; the peer trains {case} at '
+        f'{peer_rate / 1e9:.0f} GFLOP/s, so 1.5x needs {need:.0%} of XLA\'s ceiling: {verdict}')
+  return lines
 
 
 def _fmt(x) -> str:
@@ -108,9 +159,14 @@ def table(doc: dict) -> str:
   for name, case in doc['cases'].items():
     if 'error' in case:
       lines.append(f'{name:<22} FAILED: {case["error"]}')
+  arithmetic = ceiling_arithmetic(doc)
+  if arithmetic:
+    lines += ['', 'GEMM ceilings and the 1.5x target:'] + [f'  {a}' for a in arithmetic]
   lines += ['', 'targets:']
   for t in doc['targets']:
-    status = {True: 'met', False: 'MISSED', None: 'not measured'}[t['met']]
+    status = {True: 'met', False: 'MISSED', None: 'not judged' if t.get('note')
+              else 'not measured'}[t['met']]
     sign = '>=' if t['kind'] == 'min' else '<='
-    lines.append(f'  {status:<12} {t["target"]}: {_fmt(t["value"])} ({sign} {t["bound"]})')
+    lines.append(f'  {status:<12} {t["target"]}: {_fmt(t["value"])} ({sign} {t["bound"]})'
+                 + (f' [{t["note"]}]' if t.get('note') else ''))
   return '\n'.join(lines)

@@ -7,7 +7,9 @@
 
 Every measurement runs in its own process pinned to `--threads` threads (tx and the peer
 alike), one after the other, so ratios are taken side by side on the same machine state.
-The float32 and bf16 matmul ceilings are measured at the start and at the end; MFU divides
+The float32 and bf16 matmul ceilings are measured at the start and at the end (and torch's,
+once, when peers run: `report.ceiling_arithmetic` says whether 1.5x the peer is within
+reach of the two GEMM ceilings); MFU divides
 model FLOPs per second (tx/train/flops.py: 6·N·tokens + attention; the peer's by the same
 formula for the same architecture) by the larger of the two medians.
 The report and the JSON (`machine.host`) name the host: CPU model, ISA flags, caches,
@@ -102,6 +104,11 @@ def run(cases, *, peers: bool = True, threads: int = 2, say=print, ceiling_n: in
   ceiling = {d: max(c[f'{d}_flops'] for c in ceilings) for d in ('float32', 'bfloat16')}
   doc = {'machine': info, 'ceilings': ceilings, 'ceiling': ceiling,
          'cases': results, 'wall_s': time.time() - start}
+  if peers and any(c.peer for c in cases):
+    peer = run_isolated(f'{PEERS}:ceiling', ceiling_spec, threads=threads)
+    doc['peer_ceiling'] = {d: peer[f'{d}_flops'] for d in ('float32', 'bfloat16')}
+    say(f'torch matmul ceiling: {peer["float32_flops"] / 1e9:.1f} GFLOP/s float32, '
+        f'{peer["bfloat16_flops"] / 1e9:.1f} bf16')
   doc['rows'] = report.rows(doc)
   doc['targets'] = report.targets(doc)
   return doc

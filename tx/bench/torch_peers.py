@@ -5,7 +5,10 @@ batch, steps, warmup, threads, repeats, prompt_len, new, enc_layers, dec_layers,
 tgt_len, attn_implementation; unused ones are ignored, a missing one is a KeyError) and
 returns a flat dict of numbers. The caller runs each in a fresh process and records its
 peak RSS. torch / transformers are imported inside the functions: tx imports without them.
-All models are float32 with random weights, `torch.set_num_threads(spec['threads'])`.
+All models have float32 weights, random, `torch.set_num_threads(spec['threads'])`; with
+spec['dtype'] == 'bfloat16' the training peers run forward and loss under
+`torch.autocast('cpu', dtype=torch.bfloat16)` (PyTorch's mixed precision on CPU: matmuls in
+bf16, float32 weights and optimizer), the counterpart of tx's `model.dtype=bfloat16`.
 
 Training peers time one optimizer step = zero_grad, forward + loss, backward,
 clip_grad_norm_(1.0) (GPT-2 and BERT) and optimizer.step(), on one fixed random batch:
@@ -53,6 +56,7 @@ Manual run: python -m tx.bench.torch_peers gpt2_train '{"layers": 2, ...}' print
 line, with this process's peak_rss_bytes added.
 """
 
+import contextlib
 import json
 import math
 import resource
@@ -84,10 +88,21 @@ def _train(spec, model, step, tokens_per_step):
           'params': float(sum(p.numel() for p in model.parameters())), 'loss': loss}
 
 
-def _optimizer_step(torch, model, opt, loss_fn, clip):
+def _precision(torch, spec):
+  """The context the forward pass runs in: bf16 autocast for spec['dtype'] == 'bfloat16'."""
+  dtype = spec.get('dtype', 'float32')
+  if dtype == 'bfloat16':
+    return torch.autocast('cpu', dtype=torch.bfloat16)
+  if dtype != 'float32':
+    raise ValueError(f"the peers run float32 or bfloat16, not {dtype!r}")
+  return contextlib.nullcontext()
+
+
+def _optimizer_step(torch, spec, model, opt, loss_fn, clip):
   def step():
     opt.zero_grad(set_to_none=True)
-    loss = loss_fn()
+    with _precision(torch, spec):
+      loss = loss_fn()
     loss.backward()
     if clip:
       torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -134,7 +149,8 @@ def gpt2_train(spec):
   model = _gpt2(spec, spec['ctx']).train()
   opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.1, betas=(0.9, 0.99))
   x = torch.randint(0, spec['vocab'], (spec['batch'], spec['ctx']))
-  step = _optimizer_step(torch, model, opt, lambda: model(input_ids=x, labels=x).loss, True)
+  step = _optimizer_step(torch, spec, model, opt, lambda: model(input_ids=x, labels=x).loss,
+                         True)
   return {**_train(spec, model, step, x.numel()), **_attn(model)}
 
 
@@ -173,7 +189,7 @@ def bert_train(spec):
   picked = torch.randperm(x.numel())[:max(1, round(0.15 * x.numel()))]
   labels[picked] = x.view(-1)[picked]
   labels = labels.view_as(x)
-  step = _optimizer_step(torch, model, opt, lambda: model(input_ids=x, labels=labels).loss,
+  step = _optimizer_step(torch, spec, model, opt, lambda: model(input_ids=x, labels=labels).loss,
                          True)
   return {**_train(spec, model, step, x.numel()), **_attn(model)}
 
@@ -226,7 +242,7 @@ def seq2seq_train(spec):
     logits = model.decode(tgt[:, :-1], model.encode(src))
     return torch.nn.functional.cross_entropy(logits.reshape(-1, v), tgt[:, 1:].reshape(-1),
                                              label_smoothing=0.1)
-  step = _optimizer_step(torch, model, opt, loss_fn, False)
+  step = _optimizer_step(torch, spec, model, opt, loss_fn, False)
   return _train(spec, model, step, b * spec['tgt_len'])
 
 
@@ -248,8 +264,26 @@ def seq2seq_decode(spec):
   return _decode(spec, run)
 
 
+def ceiling(spec):
+  """torch's n^3 matmul FLOP/s per dtype (float32, bfloat16): the median of `repeats` timed
+  calls after one untimed one, and the best; the peer side of the GEMM-ceiling arithmetic."""
+  torch = _torch(spec)
+  n, out = spec.get('n', 2048), {}
+  for name, dtype in (('float32', torch.float32), ('bfloat16', torch.bfloat16)):
+    a = torch.randn(n, n).to(dtype)
+    torch.mm(a, a)
+    rates = []
+    for _ in range(spec.get('repeats', 10)):
+      t0 = time.perf_counter()
+      torch.mm(a, a)
+      rates.append(2 * n ** 3 / (time.perf_counter() - t0))
+    out[f'{name}_flops'] = statistics.median(rates)
+    out[f'{name}_flops_best'] = max(rates)
+  return out
+
+
 PEERS = {f.__name__: f for f in (gpt2_train, gpt2_generate, bert_train, seq2seq_train,
-                                 seq2seq_decode)}
+                                 seq2seq_decode, ceiling)}
 
 
 def main(argv=None):
