@@ -64,6 +64,12 @@ def _parser() -> argparse.ArgumentParser:
   t.add_argument('--set', nargs='+', action='extend', default=[], metavar='KEY=VALUE',
                  help='dotted overrides, e.g. --set model.d_model=256 train.steps=100')
   t.add_argument('--quiet', action='store_true', help='no progress bar')
+  tuning = t.add_mutually_exclusive_group()
+  tuning.add_argument('--tune', action='store_true',
+                      help='run `tx tune` first when this host has no cached choice for the step')
+  tuning.add_argument('--no-tune', action='store_true',
+                      help="XLA's default settings even when `tx tune` cached a choice "
+                           '(also: TX_TUNE=0)')
 
   e = sub.add_parser('eval', help='evaluate a checkpoint of --workdir')
   e.add_argument('--workdir', required=True)
@@ -172,6 +178,18 @@ def _decode_search_parser(sub) -> None:
 
 
 def _bench_parser(sub) -> None:
+  u = sub.add_parser('tune', help="time XLA:CPU settings on an experiment's training step, "
+                                  'cache the fastest for this host (tx train uses it)')
+  u.add_argument('experiment', help='registered experiment or a resolved config.json')
+  _add_experiments_flag(u)
+  u.add_argument('--set', nargs='+', action='extend', default=[], metavar='KEY=VALUE',
+                 help='dotted overrides, as for tx train')
+  u.add_argument('--candidates', nargs='+', metavar='NAME',
+                 help='a subset of the candidate settings (default: all; see tx/runs/tune.py)')
+  u.add_argument('--steps', type=int, default=5, help='timed steps per candidate')
+  u.add_argument('--warmup', type=int, default=2, help='untimed steps per candidate')
+  u.add_argument('--force', action='store_true', help='measure again even if cached')
+
   b = sub.add_parser('bench', help='throughput, MFU, compile time and memory vs PyTorch peers')
   b.add_argument('--only', nargs='+', action='extend', default=None, metavar='PATTERN',
                  help='only cases whose name contains a pattern (or matches a glob)')
@@ -286,6 +304,9 @@ def cmd_train(args) -> int:
     cfg = override(cfg, overrides) if overrides else cfg
   else:
     cfg = resolve_experiment(args.experiment, parse_overrides(args.set))
+  if not args.no_tune:
+    from tx.runs import tune  # pylint: disable=g-import-not-at-top
+    tune.apply(cfg, tune_if_missing=args.tune)
   from tx.config.base import to_dict  # pylint: disable=g-import-not-at-top
   distributed.check_same_config(to_dict(cfg), args.coordinator_timeout)
   check_workdir(args.workdir, cfg.name)
@@ -322,6 +343,11 @@ def cmd_average(args) -> int:
 def cmd_decode_search(args) -> int:
   from tx.runs.decode_search import run_decode_search  # pylint: disable=g-import-not-at-top
   return run_decode_search(args)
+
+
+def cmd_tune(args) -> int:
+  from tx.runs.tune import cli  # pylint: disable=g-import-not-at-top
+  return cli(args, resolve_experiment)
 
 
 def cmd_bench(args) -> int:
@@ -367,7 +393,7 @@ def main(argv=None) -> int:
   commands = {'list': cmd_list, 'train': cmd_train, 'eval': cmd_eval, 'generate': cmd_generate,
               'sweep': cmd_sweep, 'compare': cmd_compare, 'convert': cmd_convert,
               'average': cmd_average, 'decode-search': cmd_decode_search, 'bench': cmd_bench,
-              'plan': cmd_plan, 'mup-check': cmd_mup_check}
+              'tune': cmd_tune, 'plan': cmd_plan, 'mup-check': cmd_mup_check}
   from tx.train.preemption import Preempted  # pylint: disable=g-import-not-at-top
   try:
     if args.command == 'plan' and distributed.process_id_without_connecting(args) != 0:

@@ -43,13 +43,15 @@ def thread_env(threads: int) -> dict[str, str]:
   return env
 
 
-def run_isolated(target: str, spec: dict, *, threads: int, timeout: float = 1800) -> dict:
-  """Result dict of `target` ('module:function') run on `spec` in a new process."""
+def run_isolated(target: str, spec: dict, *, threads: int, timeout: float = 1800,
+                 env: dict[str, str] | None = None) -> dict:
+  """Result dict of `target` ('module:function') run on `spec` in a new process; `env`
+  entries are set on top of `thread_env(threads)` (e.g. the XLA_FLAGS `tx tune` times)."""
   spec = dict(spec, threads=threads)
   cmd = [sys.executable, '-m', 'tx.bench.worker', target, json.dumps(spec)]
   try:
-    proc = subprocess.run(cmd, env=thread_env(threads), capture_output=True, text=True,
-                          timeout=timeout, check=False)
+    proc = subprocess.run(cmd, env={**thread_env(threads), **(env or {})}, capture_output=True,
+                          text=True, timeout=timeout, check=False)
   except subprocess.TimeoutExpired:
     raise BenchError(f'{target} timed out after {timeout:.0f}s') from None
   lines = [l for l in proc.stdout.splitlines() if l.startswith(MARK)]

@@ -1,0 +1,129 @@
+"""`tx tune`: the selection runs (each candidate timed in its own process), is cached per host
+and step, is applied by `tx train`, and can be turned off. No timing thresholds: which
+candidate wins is the machine's business; the tests check that the fastest recorded one is
+chosen and that its flags reach the step."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tx import compat, registry
+from tx.bench import host as host_lib
+from tx.bench import worker
+from tx.cli import main
+from tx.config.base import parse_overrides
+from tx.runs import tune
+
+TINY = ['model.d_model=32', 'model.num_heads=2', 'model.d_ff=64', 'model.num_layers=1',
+        'model.max_len=16', 'data.seq_len=16', 'train.batch_size=4']
+ONEDNN = '--xla_cpu_use_onednn=true'
+
+
+def _cfg(*extra):
+  return registry.get('demo', parse_overrides(TINY + list(extra)))
+
+
+@pytest.fixture(scope='module')
+def tuned(tmp_path_factory):
+  """One real selection: two candidates, one step each, in fresh processes."""
+  env = dict(os.environ, TX_CACHE_DIR=str(tmp_path_factory.mktemp('cache')))
+  said = []
+  entry = tune.tune(_cfg(), candidates={'default': '', 'onednn': ONEDNN}, steps=1, warmup=0,
+                    env=env, say=said.append)
+  return entry, env, said
+
+
+def test_the_fastest_measured_candidate_is_chosen_and_cached(tuned):
+  entry, env, said = tuned
+  assert set(entry['timings']) == {'default', 'onednn'} and not entry['failed']
+  assert entry['choice'] == min(entry['timings'], key=entry['timings'].get)
+  assert entry['xla_flags'] == {'default': '', 'onednn': ONEDNN}[entry['choice']]
+  # each candidate's flags reached its measuring process
+  assert ONEDNN in entry['details']['onednn']['xla_flags']
+  assert ONEDNN not in entry['details']['default']['xla_flags']
+  path = tune.entry_path(_cfg(), host_lib.probe(env), env)
+  assert path.parent == tune.cache_dir(env) and json.loads(path.read_text()) == entry
+  assert any('chose' in line for line in said)
+
+
+def test_a_cached_choice_is_reused_without_measuring(tuned, monkeypatch):
+  entry, env, _ = tuned
+  def refuse(*a, **k):
+    raise AssertionError('measured again')
+  monkeypatch.setattr(worker, 'run_isolated', refuse)
+  said = []
+  assert tune.tune(_cfg(), env=env, say=said.append) == entry
+  assert 'cached choice' in said[0]
+  with pytest.raises(AssertionError, match='measured again'):
+    tune.tune(_cfg(), env=env, force=True, say=said.append)
+
+
+def test_the_cache_key_separates_hosts_jax_versions_and_step_shapes(tmp_path):
+  env = {'TX_CACHE_DIR': str(tmp_path)}
+  host = host_lib.probe(env)
+  path = tune.entry_path(_cfg(), host, env)
+  assert tune.entry_path(_cfg(), dict(host), env) == path
+  assert tune.entry_path(_cfg('train.batch_size=8'), host, env) != path
+  assert tune.entry_path(_cfg('model.dtype=bfloat16'), host, env) != path
+  assert tune.entry_path(_cfg('train.steps=7'), host, env) == path  # not part of the step
+  assert tune.entry_path(_cfg(), dict(host, model_name='Other CPU'), env) != path
+  assert tune.entry_path(_cfg(), dict(host, jax='0.0.1'), env) != path
+  assert tune.cache_dir({'XDG_CACHE_HOME': '/x'}).as_posix() == '/x/tx/tune'
+
+
+def _write_entry(cfg, env, flags=ONEDNN):
+  path = tune.entry_path(cfg, host_lib.probe(env), env)
+  path.parent.mkdir(parents=True, exist_ok=True)
+  path.write_text(json.dumps({'choice': 'onednn', 'xla_flags': flags, 'timings': {}}))
+
+
+def test_apply_appends_the_choice_unless_turned_off(tmp_path, monkeypatch):
+  monkeypatch.setattr(compat, 'backends_started', lambda: False)
+  env = {'TX_CACHE_DIR': str(tmp_path), 'XLA_FLAGS': '--xla_force_host_platform_device_count=2'}
+  assert tune.apply(_cfg(), env=env, say=lambda m: None) is None  # nothing cached
+  _write_entry(_cfg(), env)
+  said = []
+  assert tune.apply(_cfg(), env=env, say=said.append)['choice'] == 'onednn'
+  assert env['XLA_FLAGS'] == f'--xla_force_host_platform_device_count=2 {ONEDNN}'
+  assert 'TX_TUNE=0' in said[0]
+  off = {'TX_CACHE_DIR': str(tmp_path), 'TX_TUNE': '0'}
+  assert tune.apply(_cfg(), env=off, say=said.append) is None and 'XLA_FLAGS' not in off
+  monkeypatch.setattr(compat, 'backends_started', lambda: True)
+  late = {'TX_CACHE_DIR': str(tmp_path)}
+  assert tune.apply(_cfg(), env=late, say=said.append) is None and 'XLA_FLAGS' not in late
+  assert 'not applied' in said[-1]
+
+
+def test_a_flag_the_user_set_wins():
+  assert tune.merge_flags('--a=1 --b=2', '--b=3 --c=4') == '--a=1 --b=2 --c=4'
+  assert tune.merge_flags('', ONEDNN) == ONEDNN
+
+
+def test_tx_train_applies_the_cached_choice(tmp_path):
+  """A real `tx train` process: the line naming the tuned settings, and none with --no-tune."""
+  env = dict(os.environ, TX_CACHE_DIR=str(tmp_path / 'cache'))
+  sets = TINY + ['train.steps=1', 'train.eval_batches=1', 'train.sample_tokens=0',
+                 'train.checkpoint_every=1']
+  _write_entry(_cfg(*sets[len(TINY):]), env)
+  base = [sys.executable, '-m', 'tx', 'train', 'demo', '--set', *sets, '--quiet']
+  on = subprocess.run(base + ['--workdir', str(tmp_path / 'a')], env=env, capture_output=True,
+                      text=True, check=False)
+  assert on.returncode == 0, on.stderr[-2000:]
+  assert f"XLA settings 'onednn' ({ONEDNN})" in on.stdout
+  off = subprocess.run(base + ['--workdir', str(tmp_path / 'b'), '--no-tune'], env=env,
+                       capture_output=True, text=True, check=False)
+  assert off.returncode == 0 and 'XLA settings' not in off.stdout
+
+
+@pytest.mark.parametrize('argv, says', [
+    (['tune', 'demo', '--candidates', 'nosuch'], 'unknown nosuch'),
+    (['tune', 'demo', '--steps', '0'], '--steps must be >= 1'),
+])
+def test_cli_errors_are_one_line(argv, says, capsys, tmp_path, monkeypatch):
+  monkeypatch.setenv('TX_CACHE_DIR', str(tmp_path))
+  assert main(argv) == 2
+  err = capsys.readouterr().err.strip()
+  assert says in err and len(err.splitlines()) == 1

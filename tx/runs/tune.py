@@ -1,0 +1,258 @@
+"""`tx tune`: XLA:CPU settings chosen by timing the run's own training step, cached per host.
+
+    tx tune mt_multi30k_en_de                  # times each candidate, caches the fastest
+    tx train mt_multi30k_en_de --workdir runs/mt    # uses the cached choice (one line says so)
+    tx train ... --tune                        # tunes first when nothing is cached
+    TX_TUNE=0 tx train ...                     # opt out: XLA's defaults (or your XLA_FLAGS)
+
+Which XLA:CPU settings win depends on the CPU (benchmarks/NOTES.md: what wins on the AMD
+EPYC loses on the Intel Xeon) and on the step's shapes, so tx measures instead of keeping a
+table of hosts. Each candidate in `CANDIDATES` (a set of XLA flags) compiles the experiment's
+real training step (its model, optimizer, dropout and batch shapes, on synthetic tokens) in a
+fresh process, as `tx bench` does, and times `steps` steps after `warmup`; the fastest median
+is kept. The choice is cached as one JSON file per (CPU model and ISA, CPU count, jax and
+jaxlib versions, step signature) under $TX_CACHE_DIR/tune (default
+$XDG_CACHE_HOME/tx/tune or ~/.cache/tx/tune), so another host kind, another jax or
+another model shape is measured afresh. A mesh of simulated devices is timed as one device
+with the whole batch (the same work on the same cores).
+
+`tx train` looks the run up before JAX starts its backend and appends the chosen flags to
+XLA_FLAGS; a flag you already set in XLA_FLAGS wins over the cached one. TX_TUNE=0 (or
+`tx train --no-tune`) turns the lookup off; `tx tune --force` measures again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+# name -> XLA flags. 'default' must stay first: it is the baseline every choice is against.
+CANDIDATES = {
+    'default': '',
+    'onednn': '--xla_cpu_use_onednn=true',
+    # oneDNN's fusions for the dots (its AMX / avx512_bf16 GEMMs), YNNPACK out of their way
+    'onednn_dots': ('--xla_cpu_experimental_onednn_fusion_type=dot '
+                    '--xla_cpu_experimental_ynn_fusion_type='),
+    'ynn_dots_only': '--xla_cpu_experimental_ynn_fusion_type=dot',
+    'ynn_off': '--xla_cpu_experimental_ynn_fusion_type=',
+}
+OPT_OUT = 'TX_TUNE'
+WORKER = 'tx.runs.tune:time_step'
+
+
+def cache_dir(env=None) -> Path:
+  """Where the choices live: $TX_CACHE_DIR/tune, else $XDG_CACHE_HOME/tx/tune, ~/.cache/tx/tune."""
+  env = os.environ if env is None else env
+  if env.get('TX_CACHE_DIR'):
+    return Path(env['TX_CACHE_DIR']) / 'tune'
+  base = env.get('XDG_CACHE_HOME') or os.path.join(os.path.expanduser('~'), '.cache')
+  return Path(base) / 'tx' / 'tune'
+
+
+def host_key(host: dict) -> dict:
+  """The parts of a `tx.bench.host.probe` record that decide which settings win."""
+  keys = ('vendor', 'model_name', 'family', 'model', 'stepping', 'isa_level', 'usable_cpus',
+          'jax', 'jaxlib')
+  return {k: host.get(k) for k in keys} | {'isa': dict(sorted((host.get('isa') or {}).items()))}
+
+
+def _tuned_config(cfg):
+  """`cfg` as it is timed: vocabulary resolved as `tx plan` does, one device."""
+  from tx.runs.plan import check  # pylint: disable=g-import-not-at-top
+  one = cfg.replace(mesh=cfg.mesh.replace(data=1, fsdp=1, tensor=1))
+  return check(one)
+
+
+def step_signature(cfg) -> dict:
+  """What the compiled step depends on: model, optimizer, task, batch shapes, step options."""
+  from tx.config.base import to_dict  # pylint: disable=g-import-not-at-top
+  from tx.data.shapes import batch_shapes  # pylint: disable=g-import-not-at-top
+  from tx.tasks import make_task  # pylint: disable=g-import-not-at-top
+  cfg = _tuned_config(cfg)
+  shapes = batch_shapes(cfg.data, make_task(cfg).name, cfg.train.batch_size)
+  return {'model': to_dict(cfg.model), 'optim': to_dict(cfg.optim), 'task': to_dict(cfg.task),
+          'batch': {k: [list(shape), str(dtype)] for k, (shape, dtype) in sorted(shapes.items())},
+          'nan_policy': cfg.train.nan_policy, 'diagnostics': cfg.train.diagnostics}
+
+
+def _digest(obj) -> str:
+  return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def entry_path(cfg, host: dict, env=None) -> Path:
+  """The cache file of `cfg`'s step on `host` (a `tx.bench.host.probe` record)."""
+  key = host_key(host)
+  slug = '-'.join(str(key[k]).replace(' ', '_') for k in ('model_name', 'isa_level', 'jax'))
+  return cache_dir(env) / f'{slug}-{_digest([key, step_signature(cfg)])}.json'
+
+
+def lookup(cfg, host: dict, env=None) -> dict | None:
+  """The cached choice for `cfg` on `host`, or None (nothing cached, or unreadable)."""
+  path = entry_path(cfg, host, env)
+  try:
+    return json.loads(path.read_text(encoding='utf-8'))
+  except (OSError, ValueError):
+    return None
+
+
+def merge_flags(current: str, chosen: str) -> str:
+  """`current` XLA_FLAGS plus the `chosen` ones whose flag name `current` does not set."""
+  have = {f.split('=')[0] for f in current.split()}
+  extra = [f for f in chosen.split() if f.split('=')[0] not in have]
+  return ' '.join(current.split() + extra)
+
+
+def tune(cfg, *, candidates=None, steps: int = 5, warmup: int = 2, threads: int | None = None,
+         force: bool = False, say=print, env=None) -> dict:
+  """Times `cfg`'s step under each candidate (name -> XLA flags; default `CANDIDATES`) in
+  fresh processes, writes and returns the cache entry: {'choice', 'xla_flags', 'timings':
+  {name: median s/step}, 'failed': {name: why}, 'host', 'signature', ...}. A cached entry
+  is returned as it is unless `force`."""
+  from tx.bench import host as host_lib  # pylint: disable=g-import-not-at-top
+  from tx.bench.worker import BenchError, run_isolated  # pylint: disable=g-import-not-at-top
+  from tx.config.base import to_dict  # pylint: disable=g-import-not-at-top
+  from tx.config.base import ConfigError  # pylint: disable=g-import-not-at-top
+  env = dict(os.environ if env is None else env)
+  candidates = dict(CANDIDATES if candidates is None else candidates)
+  if not candidates:
+    raise ConfigError('tx tune: no candidate settings to time')
+  if steps < 1 or warmup < 0:
+    raise ConfigError(f'tx tune: --steps must be >= 1 and --warmup >= 0 (got {steps}, {warmup})')
+  host = host_lib.probe(env)
+  path = entry_path(cfg, host, env)
+  cached = lookup(cfg, host, env)
+  if cached is not None and not force:
+    say(f'tx tune: cached choice {cached["choice"]!r} ({path}); --force measures again')
+    return cached
+  threads = threads or host.get('usable_cpus') or os.cpu_count() or 1
+  spec = {'config': to_dict(_tuned_config(cfg)), 'steps': steps, 'warmup': warmup}
+  timings, failed, details = {}, {}, {}
+  own = ' '.join(f for f in env.get('XLA_FLAGS', '').split()  # one device per measurement
+                 if not f.startswith('--xla_force_host_platform_device_count'))
+  for name, flags in candidates.items():
+    extra = {'XLA_FLAGS': merge_flags(own, flags)}
+    try:
+      result = run_isolated(WORKER, spec, threads=threads, env=extra)
+    except BenchError as e:
+      failed[name] = str(e)
+      say(f'tx tune: {name}: failed ({e})')
+      continue
+    timings[name], details[name] = result['step_time_s'], result
+    say(f'tx tune: {name:<14} {result["step_time_s"] * 1e3:9.1f} ms/step '
+        f'(compile {result["compile_s"]:.1f}s) {flags or "(XLA defaults)"}')
+  if not timings:
+    raise ConfigError(f'tx tune: every candidate failed: {failed}')
+  choice = min(timings, key=timings.get)
+  entry = {'choice': choice, 'xla_flags': candidates[choice], 'timings': timings,
+           'failed': failed, 'details': details, 'candidates': candidates,
+           'steps': steps, 'warmup': warmup, 'threads': threads, 'experiment': cfg.name,
+           'host': host_key(host), 'signature': step_signature(cfg),
+           'measured_at': time.strftime('%Y-%m-%dT%H:%M:%S%z')}
+  path.parent.mkdir(parents=True, exist_ok=True)
+  partial = path.with_suffix('.partial')
+  partial.write_text(json.dumps(entry, indent=1, sort_keys=True), encoding='utf-8')
+  partial.replace(path)  # a reader sees the whole entry or none
+  base = timings.get('default')
+  gain = f', {base / timings[choice]:.2f}x the defaults' if base else ''
+  say(f'tx tune: chose {choice!r}{gain}; cached in {path}')
+  return entry
+
+
+def apply(cfg, *, env=None, say=print, tune_if_missing: bool = False) -> dict | None:
+  """Before JAX starts its backend: appends the cached choice's flags to env['XLA_FLAGS']
+  (default os.environ) and returns the entry; None when TX_TUNE=0, nothing is cached (and
+  not `tune_if_missing`), the choice is the defaults, or the backend already started."""
+  from tx import compat  # pylint: disable=g-import-not-at-top
+  from tx.bench import host as host_lib  # pylint: disable=g-import-not-at-top
+  env = os.environ if env is None else env
+  if env.get(OPT_OUT) == '0':
+    return None
+  host = host_lib.probe(env)
+  entry = lookup(cfg, host, env)
+  if entry is None and tune_if_missing:
+    entry = tune(cfg, say=say, env=env)
+  if entry is None or not entry.get('xla_flags'):
+    return entry if entry else None
+  if compat.backends_started():
+    say('tx: the tuned XLA settings were not applied: the JAX backend had already started')
+    return None
+  env['XLA_FLAGS'] = merge_flags(env.get('XLA_FLAGS', ''), entry['xla_flags'])
+  say(f'tx: XLA settings {entry["choice"]!r} ({entry["xla_flags"]}), chosen by `tx tune` '
+      f'on this host for this step; {OPT_OUT}=0 turns this off')
+  return entry
+
+
+def time_step(spec: dict) -> dict:
+  """Worker (run in its own process by `tune`): compiles spec['config']'s training step and
+  times it on synthetic batches of its shapes. Returns step_time_s (median of spec['steps']
+  timed steps after spec['warmup']), step_time_min_s, compile_s, platform, xla_flags."""
+  import flax.linen as nn  # pylint: disable=g-import-not-at-top
+  import jax  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  from tx.config.base import from_dict  # pylint: disable=g-import-not-at-top
+  from tx.config.experiment import ExperimentConfig  # pylint: disable=g-import-not-at-top
+  from tx.data.shapes import batch_shapes  # pylint: disable=g-import-not-at-top
+  from tx.models.build import build_model  # pylint: disable=g-import-not-at-top
+  from tx.train.optimizer import run_optimizer  # pylint: disable=g-import-not-at-top
+  from tx.tasks import make_task  # pylint: disable=g-import-not-at-top
+  from tx.train.mesh import batch_sharding, logical_rules, make_mesh  # pylint: disable=g-import-not-at-top
+  from tx.train.state import init_state, state_shardings  # pylint: disable=g-import-not-at-top
+  from tx.train.step import configured_train_step  # pylint: disable=g-import-not-at-top
+  cfg = from_dict(ExperimentConfig, spec['config'])
+  task, model = make_task(cfg), build_model(cfg.model)
+  optimizer, _ = run_optimizer(cfg)
+  mesh, rules = make_mesh(cfg.mesh, jax.devices()[:1]), logical_rules(cfg.mesh)
+  rng = np.random.default_rng(0)
+  batch = {}
+  for key, (shape, dtype) in batch_shapes(cfg.data, task.name, cfg.train.batch_size).items():
+    if key.endswith('segment_ids'):
+      batch[key] = np.ones(shape, dtype)
+    elif key.endswith('positions'):
+      batch[key] = np.broadcast_to(np.arange(shape[-1], dtype=dtype), shape).copy()
+    elif np.issubdtype(dtype, np.floating):
+      batch[key] = np.ones(shape, dtype)
+    else:
+      batch[key] = rng.integers(3, cfg.model.vocab_size, shape).astype(dtype)
+  with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
+    abstract, shardings = state_shardings(model, optimizer, cfg.model, mesh, rules, 0)
+    step = configured_train_step(cfg, model, task, optimizer, shardings, batch_sharding(mesh))
+    batch = jax.device_put(batch, batch_sharding(mesh))
+    start = time.perf_counter()
+    compiled = step.lower(abstract, batch).compile()
+    compile_s = time.perf_counter() - start
+    state = init_state(model, optimizer, cfg.model, shardings, seed=0)
+  times = []
+  for i in range(spec['warmup'] + spec['steps']):
+    start = time.perf_counter()
+    state, metrics = compiled(state, batch)
+    jax.block_until_ready(metrics)
+    if i >= spec['warmup']:
+      times.append(time.perf_counter() - start)
+  return {'step_time_s': statistics.median(times), 'step_time_min_s': min(times),
+          'compile_s': compile_s, 'platform': jax.devices()[0].platform,
+          'xla_flags': os.environ.get('XLA_FLAGS', '')}
+
+
+def cli(args, resolve) -> int:
+  """`tx tune` (arguments parsed in tx/cli.py; `resolve(name, overrides)` -> config)."""
+  from tx.config.base import parse_overrides  # pylint: disable=g-import-not-at-top
+  cfg = resolve(args.experiment, parse_overrides(args.set))
+  candidates = None
+  if args.candidates:
+    unknown = [c for c in args.candidates if c not in CANDIDATES]
+    if unknown:
+      from tx.errors import UserError  # pylint: disable=g-import-not-at-top
+      raise UserError(f'--candidates: unknown {", ".join(unknown)}; known: '
+                      f'{", ".join(CANDIDATES)}')
+    candidates = {c: CANDIDATES[c] for c in args.candidates}
+  say = lambda m: print(m, file=sys.stderr, flush=True)
+  entry = tune(cfg, candidates=candidates, steps=args.steps, warmup=args.warmup,
+               force=args.force, say=say)
+  print(json.dumps({k: entry[k] for k in ('choice', 'xla_flags', 'timings', 'failed')},
+                   indent=1))
+  return 0
