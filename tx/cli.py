@@ -186,8 +186,11 @@ def _bench_parser(sub) -> None:
                  help='dotted overrides, as for tx train')
   u.add_argument('--candidates', nargs='+', metavar='NAME',
                  help='a subset of the candidate settings (default: all; see tx/runs/tune.py)')
-  u.add_argument('--steps', type=int, default=5, help='timed steps per candidate')
-  u.add_argument('--warmup', type=int, default=2, help='untimed steps per candidate')
+  u.add_argument('--steps', type=int, default=5, help='timed steps per candidate and round')
+  u.add_argument('--warmup', type=int, default=2, help='untimed steps per candidate and round')
+  u.add_argument('--rounds', type=int, default=2, help='rounds, in rotating order (median)')
+  u.add_argument('--margin', type=float, default=0.03,
+                 help='how much faster than the defaults a setting must be to be chosen')
   u.add_argument('--force', action='store_true', help='measure again even if cached')
 
   b = sub.add_parser('bench', help='throughput, MFU, compile time and memory vs PyTorch peers')

@@ -1,7 +1,7 @@
 """`tx tune`: the selection runs (each candidate timed in its own process), is cached per host
 and step, is applied by `tx train`, and can be turned off. No timing thresholds: which
-candidate wins is the machine's business; the tests check that the fastest recorded one is
-chosen and that its flags reach the step."""
+candidate wins is the machine's business; the tests check the selection rule on the recorded
+(or, for the rule itself, fixed) timings and that each candidate's flags reach its step."""
 
 import json
 import os
@@ -32,14 +32,14 @@ def tuned(tmp_path_factory):
   env = dict(os.environ, TX_CACHE_DIR=str(tmp_path_factory.mktemp('cache')))
   said = []
   entry = tune.tune(_cfg(), candidates={'default': '', 'onednn': ONEDNN}, steps=1, warmup=0,
-                    env=env, say=said.append)
+                    rounds=1, env=env, say=said.append)
   return entry, env, said
 
 
 def test_the_fastest_measured_candidate_is_chosen_and_cached(tuned):
   entry, env, said = tuned
   assert set(entry['timings']) == {'default', 'onednn'} and not entry['failed']
-  assert entry['choice'] == min(entry['timings'], key=entry['timings'].get)
+  assert entry['choice'] == tune.choose(entry['timings'], entry['margin'])
   assert entry['xla_flags'] == {'default': '', 'onednn': ONEDNN}[entry['choice']]
   # each candidate's flags reached its measuring process
   assert ONEDNN in entry['details']['onednn']['xla_flags']
@@ -120,10 +120,31 @@ def test_tx_train_applies_the_cached_choice(tmp_path):
 
 @pytest.mark.parametrize('argv, says', [
     (['tune', 'demo', '--candidates', 'nosuch'], 'unknown nosuch'),
-    (['tune', 'demo', '--steps', '0'], '--steps must be >= 1'),
+    (['tune', 'demo', '--steps', '0'], '--steps and --rounds must be >= 1'),
+    (['tune', 'demo', '--margin', '1.5'], '--margin in [0, 1)'),
 ])
 def test_cli_errors_are_one_line(argv, says, capsys, tmp_path, monkeypatch):
   monkeypatch.setenv('TX_CACHE_DIR', str(tmp_path))
   assert main(argv) == 2
   err = capsys.readouterr().err.strip()
   assert says in err and len(err.splitlines()) == 1
+
+
+def test_rounds_rotate_and_the_defaults_stay_unless_clearly_beaten(tmp_path, monkeypatch):
+  """The selection rule on fixed timings (no machine involved): medians over rounds, each
+  round in a rotated order, and a candidate must beat the defaults by more than the margin."""
+  order, times = [], {'default': [1.00, 1.00], 'a': [0.99, 0.98], 'b': [0.90, 1.30]}
+  def fake(target, spec, *, threads, env):
+    name = next(n for n, f in {'a': '--a=1', 'b': '--b=1'}.items() if f in env['XLA_FLAGS']) \
+        if env['XLA_FLAGS'] else 'default'
+    order.append(name)
+    return {'step_time_s': times[name][order.count(name) - 1], 'compile_s': 0.0}
+  monkeypatch.setattr(worker, 'run_isolated', fake)
+  env = {'TX_CACHE_DIR': str(tmp_path)}
+  entry = tune.tune(_cfg(), candidates={'default': '', 'a': '--a=1', 'b': '--b=1'}, rounds=2,
+                    margin=0.03, env=env, say=lambda m: None)
+  assert order == ['default', 'a', 'b', 'a', 'b', 'default']
+  assert entry['timings'] == pytest.approx({'default': 1.0, 'a': 0.985, 'b': 1.10})
+  assert entry['choice'] == 'default'  # 'a' is only 1.5 % faster
+  assert tune.choose({'default': 1.0, 'a': 0.9}, 0.03) == 'a'
+  assert tune.choose({'a': 0.9, 'b': 0.8}, 0.03) == 'b'  # no defaults measured

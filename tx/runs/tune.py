@@ -9,8 +9,10 @@ Which XLA:CPU settings win depends on the CPU (benchmarks/NOTES.md: what wins on
 EPYC loses on the Intel Xeon) and on the step's shapes, so tx measures instead of keeping a
 table of hosts. Each candidate in `CANDIDATES` (a set of XLA flags) compiles the experiment's
 real training step (its model, optimizer, dropout and batch shapes, on synthetic tokens) in a
-fresh process, as `tx bench` does, and times `steps` steps after `warmup`; the fastest median
-is kept. The choice is cached as one JSON file per (CPU model and ISA, CPU count, jax and
+fresh process, as `tx bench` does, and times `steps` steps after `warmup`, in `rounds`
+rounds of rotating order (one pass is at the mercy of machine noise). The fastest median
+over the rounds is kept if it beats XLA's defaults by more than `margin` (3 %); else the
+defaults. The choice is cached as one JSON file per (CPU model and ISA, CPU count, jax and
 jaxlib versions, step signature) under $TX_CACHE_DIR/tune (default
 $XDG_CACHE_HOME/tx/tune or ~/.cache/tx/tune), so another host kind, another jax or
 another model shape is measured afresh. A mesh of simulated devices is timed as one device
@@ -107,12 +109,23 @@ def merge_flags(current: str, chosen: str) -> str:
   return ' '.join(current.split() + extra)
 
 
-def tune(cfg, *, candidates=None, steps: int = 5, warmup: int = 2, threads: int | None = None,
-         force: bool = False, say=print, env=None) -> dict:
+def choose(timings: dict[str, float], margin: float) -> str:
+  """The fastest candidate, but 'default' unless that one is more than `margin` (a fraction)
+  faster: a setting has to beat the machine's noise to replace XLA's defaults."""
+  fastest = min(timings, key=timings.get)
+  if 'default' in timings and timings[fastest] > timings['default'] * (1.0 - margin):
+    return 'default'
+  return fastest
+
+
+def tune(cfg, *, candidates=None, steps: int = 5, warmup: int = 2, rounds: int = 2,
+         margin: float = 0.03, threads: int | None = None, force: bool = False, say=print,
+         env=None) -> dict:
   """Times `cfg`'s step under each candidate (name -> XLA flags; default `CANDIDATES`) in
-  fresh processes, writes and returns the cache entry: {'choice', 'xla_flags', 'timings':
-  {name: median s/step}, 'failed': {name: why}, 'host', 'signature', ...}. A cached entry
-  is returned as it is unless `force`."""
+  fresh processes, `rounds` times in a rotating order, and keeps `choose(median per
+  candidate, margin)`. Writes and returns the cache entry: {'choice', 'xla_flags',
+  'timings': {name: median s/step over the rounds}, 'rounds_timings', 'failed': {name:
+  why}, 'host', 'signature', ...}. A cached entry is returned as it is unless `force`."""
   from tx.bench import host as host_lib  # pylint: disable=g-import-not-at-top
   from tx.bench.worker import BenchError, run_isolated  # pylint: disable=g-import-not-at-top
   from tx.config.base import to_dict  # pylint: disable=g-import-not-at-top
@@ -121,8 +134,9 @@ def tune(cfg, *, candidates=None, steps: int = 5, warmup: int = 2, threads: int 
   candidates = dict(CANDIDATES if candidates is None else candidates)
   if not candidates:
     raise ConfigError('tx tune: no candidate settings to time')
-  if steps < 1 or warmup < 0:
-    raise ConfigError(f'tx tune: --steps must be >= 1 and --warmup >= 0 (got {steps}, {warmup})')
+  if steps < 1 or warmup < 0 or rounds < 1 or not 0 <= margin < 1:
+    raise ConfigError('tx tune: --steps and --rounds must be >= 1, --warmup >= 0 and --margin '
+                      f'in [0, 1) (got {steps}, {rounds}, {warmup}, {margin})')
   host = host_lib.probe(env)
   path = entry_path(cfg, host, env)
   cached = lookup(cfg, host, env)
@@ -131,26 +145,34 @@ def tune(cfg, *, candidates=None, steps: int = 5, warmup: int = 2, threads: int 
     return cached
   threads = threads or host.get('usable_cpus') or os.cpu_count() or 1
   spec = {'config': to_dict(_tuned_config(cfg)), 'steps': steps, 'warmup': warmup}
-  timings, failed, details = {}, {}, {}
+  runs, failed, details = {}, {}, {}
   own = ' '.join(f for f in env.get('XLA_FLAGS', '').split()  # one device per measurement
                  if not f.startswith('--xla_force_host_platform_device_count'))
-  for name, flags in candidates.items():
-    extra = {'XLA_FLAGS': merge_flags(own, flags)}
-    try:
-      result = run_isolated(WORKER, spec, threads=threads, env=extra)
-    except BenchError as e:
-      failed[name] = str(e)
-      say(f'tx tune: {name}: failed ({e})')
-      continue
-    timings[name], details[name] = result['step_time_s'], result
-    say(f'tx tune: {name:<14} {result["step_time_s"] * 1e3:9.1f} ms/step '
-        f'(compile {result["compile_s"]:.1f}s) {flags or "(XLA defaults)"}')
+  names = list(candidates)
+  for r in range(rounds):
+    for name in names[r % len(names):] + names[:r % len(names)]:  # each round starts later
+      if name in failed:
+        continue
+      flags = candidates[name]
+      try:
+        result = run_isolated(WORKER, spec, threads=threads,
+                              env={'XLA_FLAGS': merge_flags(own, flags)})
+      except BenchError as e:
+        failed[name] = str(e)
+        say(f'tx tune: {name}: failed ({e})')
+        continue
+      runs.setdefault(name, []).append(result['step_time_s'])
+      details[name] = result
+      say(f'tx tune: round {r + 1} {name:<14} {result["step_time_s"] * 1e3:9.1f} ms/step '
+          f'(compile {result["compile_s"]:.1f}s) {flags or "(XLA defaults)"}')
+  timings = {name: statistics.median(t) for name, t in runs.items() if name not in failed}
   if not timings:
     raise ConfigError(f'tx tune: every candidate failed: {failed}')
-  choice = min(timings, key=timings.get)
+  choice = choose(timings, margin)
   entry = {'choice': choice, 'xla_flags': candidates[choice], 'timings': timings,
-           'failed': failed, 'details': details, 'candidates': candidates,
-           'steps': steps, 'warmup': warmup, 'threads': threads, 'experiment': cfg.name,
+           'rounds_timings': runs, 'failed': failed, 'details': details,
+           'candidates': candidates, 'steps': steps, 'warmup': warmup, 'rounds': rounds,
+           'margin': margin, 'threads': threads, 'experiment': cfg.name,
            'host': host_key(host), 'signature': step_signature(cfg),
            'measured_at': time.strftime('%Y-%m-%dT%H:%M:%S%z')}
   path.parent.mkdir(parents=True, exist_ok=True)
@@ -252,7 +274,7 @@ def cli(args, resolve) -> int:
     candidates = {c: CANDIDATES[c] for c in args.candidates}
   say = lambda m: print(m, file=sys.stderr, flush=True)
   entry = tune(cfg, candidates=candidates, steps=args.steps, warmup=args.warmup,
-               force=args.force, say=say)
+               rounds=args.rounds, margin=args.margin, force=args.force, say=say)
   print(json.dumps({k: entry[k] for k in ('choice', 'xla_flags', 'timings', 'failed')},
                    indent=1))
   return 0
