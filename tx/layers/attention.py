@@ -98,9 +98,11 @@ class MultiHeadAttention(nn.Module):
   cross: bool = False
 
   def _proj(self, x, heads, name, axes):
+    """x [B, L, D] -> [B, L, heads, dim] in the compute dtype (the dots that follow, and the
+    cache, take it; a bf16 projection returns its float32 accumulator)."""
     cfg = self.cfg
     return DenseGeneral((heads, cfg.dim), axes, use_bias=cfg.use_bias, dtype=cfg.dtype,
-                        param_dtype=cfg.param_dtype, name=name)(x)
+                        param_dtype=cfg.param_dtype, name=name)(x).astype(jnp.dtype(cfg.dtype))
 
   def _keys(self, kv_BSD):
     """Keys [B, S, K, D] of kv: projected, then normalised per head under qk_norm."""

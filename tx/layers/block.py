@@ -95,6 +95,7 @@ class Block(nn.Module):
                cross_mask=None, valid_BL=None, cache_index=None):
     cfg = self.cfg
     x_BLD = constrain(x_BLD, ('batch', 'length', 'embed'))
+    in_dtype = x_BLD.dtype
     attn = MultiHeadAttention(cfg.attention, decode=self.decode, name='self_attention')
     attn_f = lambda h: attn(h, mask=self_mask, bias=self_bias, q_pos_BL=positions_BL,
                             cache_index=cache_index, deterministic=self.deterministic,
@@ -116,5 +117,7 @@ class Block(nn.Module):
             h, encoded_BSD, mask=cross_mask, deterministic=self.deterministic,
             return_weights=self.sow_weights), x_BLD)
       x_BLD = self._residual('ffn', ffn_f, x_BLD)
-    x_BLD = constrain(x_BLD, ('batch', 'length', 'embed'))
+    # Inside the block a bf16 model's residual adds run in float32 (tx/ops/matmul.py); the
+    # block hands on its input's dtype (a scanned stack's carry must keep it).
+    x_BLD = constrain(x_BLD.astype(in_dtype), ('batch', 'length', 'embed'))
     return (x_BLD, None) if self.scan_output else x_BLD

@@ -11,11 +11,13 @@ reshapes are free (bitcasts) and the result is the same product.
 In bfloat16 / float16, XLA:CPU's fast low-precision matmul (YNNPACK, bf16 inputs with
 float32 accumulation) takes a product only when its output is float32 and its left operand
 contracts its last dimension. A plain bf16 x bf16 -> bf16 dot, and the weight gradient
-xᵀ·g (left operand contracting its first dimension), are upcast to float32 matmuls instead,
-which is why a bf16 step used to be no faster than float32. `_low_precision_matmul` keeps
-all three products of a layer in the fast form: float32 accumulation, the output rounded
-to the input dtype, and xᵀ materialised by a transpose that XLA cannot fold back into the
-dot (benchmarks/NOTES.md, attempt 19).
+xᵀ·g (left operand contracting its first dimension), are upcast to float32 matmuls instead.
+`_low_precision_matmul` keeps all three products of a layer in the fast form, with xᵀ
+materialised by a transpose that XLA cannot fold back into the dot, and returns the
+float32 accumulator: what follows a dense layer (bias, activation, residual add) is
+elementwise work, which XLA:CPU runs faster in float32 than in bf16, and the next product
+rounds its input to bf16 anyway (benchmarks/NOTES.md, attempts 27 and 30). Layers that hand
+values on in the compute dtype (attention's q/k/v, a block's output) round them there.
 """
 
 from __future__ import annotations
@@ -34,8 +36,9 @@ def dense_dot_general(lhs, rhs, dimension_numbers, precision=None,
 
   A dense layer's product contracts the last k dimensions of `lhs` [..., *in] with the
   first k of `rhs` [*in, *out], in order, with no batch dimensions; the result is
-  [..., *out]. Any other `dimension_numbers` go to `jax.lax.dot_general` unchanged.
-  Drop-in for flax's `nn.Dense(dot_general=...)`.
+  [..., *out], float32 when both operands are bf16 / f16 (the accumulator; see the module
+  docstring), else as `jax.lax.dot_general` gives it. Any other `dimension_numbers` go to
+  `jax.lax.dot_general` unchanged. Drop-in for flax's `nn.Dense(dot_general=...)`.
   """
   (lhs_contract, rhs_contract), (lhs_batch, rhs_batch) = dimension_numbers
   k = len(lhs_contract)
@@ -75,8 +78,9 @@ def _materialized_transpose(x_MK):
 
 @jax.custom_vjp
 def _low_precision_matmul(x_MK, w_KN):
-  """x [M, K] · w [K, N] -> [M, N] in x's dtype, accumulated in float32."""
-  return _accumulate_f32(x_MK, w_KN, ((1,), (0,)))
+  """x [M, K] · w [K, N] -> [M, N] float32 (the accumulator), inputs in bf16 / f16."""
+  return jax.lax.dot_general(x_MK, w_KN, (((1,), (0,)), ((), ())),
+                             preferred_element_type=jnp.float32)
 
 
 def _low_precision_matmul_fwd(x_MK, w_KN):
