@@ -83,6 +83,10 @@ def test_bf16_product_values_gradients_and_dtype():
     np.testing.assert_allclose(g.astype(jnp.float32), e, rtol=2e-2, atol=2e-2 * np.abs(e).max())
   # An explicit float32 result keeps the plain product.
   assert dense(xb, wb, preferred_element_type=jnp.float32).dtype == jnp.float32
+  # An explicit bf16 result is the fast product rounded to bf16.
+  explicit = dense(xb, wb, preferred_element_type=jnp.bfloat16)
+  assert explicit.dtype == jnp.bfloat16
+  np.testing.assert_array_equal(explicit, dense(xb, wb).astype(jnp.bfloat16))
 
 
 def test_bf16_products_compile_to_float32_accumulating_row_major_dots():

@@ -37,7 +37,8 @@ def dense_dot_general(lhs, rhs, dimension_numbers, precision=None,
   A dense layer's product contracts the last k dimensions of `lhs` [..., *in] with the
   first k of `rhs` [*in, *out], in order, with no batch dimensions; the result is
   [..., *out], float32 when both operands are bf16 / f16 (the accumulator; see the module
-  docstring), else as `jax.lax.dot_general` gives it. Any other `dimension_numbers` go to
+  docstring) unless `preferred_element_type` names their dtype, else as `jax.lax.dot_general`
+  gives it. Any other `dimension_numbers` go to
   `jax.lax.dot_general` unchanged. Drop-in for flax's `nn.Dense(dot_general=...)`.
   """
   (lhs_contract, rhs_contract), (lhs_batch, rhs_batch) = dimension_numbers
@@ -54,6 +55,8 @@ def dense_dot_general(lhs, rhs, dimension_numbers, precision=None,
   if (lhs.dtype == rhs.dtype and lhs.dtype in _LOW_PRECISION and not kwargs
       and preferred_element_type in (None, lhs.dtype)):
     y = _low_precision_matmul(lhs_2d, rhs_2d)
+    if preferred_element_type is not None:  # asked for explicitly: rounded to it
+      y = y.astype(preferred_element_type)
   else:
     y = jax.lax.dot_general(lhs_2d, rhs_2d, (((1,), (0,)), ((), ())), precision=precision,
                             preferred_element_type=preferred_element_type, **kwargs)
