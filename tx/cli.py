@@ -64,12 +64,7 @@ def _parser() -> argparse.ArgumentParser:
   t.add_argument('--set', nargs='+', action='extend', default=[], metavar='KEY=VALUE',
                  help='dotted overrides, e.g. --set model.d_model=256 train.steps=100')
   t.add_argument('--quiet', action='store_true', help='no progress bar')
-  tuning = t.add_mutually_exclusive_group()
-  tuning.add_argument('--tune', action='store_true',
-                      help='run `tx tune` first when this host has no cached choice for the step')
-  tuning.add_argument('--no-tune', action='store_true',
-                      help="XLA's default settings even when `tx tune` cached a choice "
-                           '(also: TX_TUNE=0)')
+  _add_tune_flags(t)
 
   e = sub.add_parser('eval', help='evaluate a checkpoint of --workdir')
   e.add_argument('--workdir', required=True)
@@ -120,6 +115,16 @@ def _add_experiments_flag(parser) -> None:
   parser.add_argument('--experiments', action='append', default=[], metavar='PATH_OR_MODULE',
                       help='also register the experiments and sweeps of this .py file or '
                            'importable module (repeatable; $TX_EXPERIMENTS too)')
+
+
+def _add_tune_flags(parser, where: str = '') -> None:
+  tuning = parser.add_mutually_exclusive_group()
+  tuning.add_argument('--tune', action='store_true',
+                      help=f'run `tx tune` first when this host has no cached choice for the '
+                           f'step{where}')
+  tuning.add_argument('--no-tune', action='store_true',
+                      help="XLA's default settings even when `tx tune` cached a choice "
+                           '(also: TX_TUNE=0)')
 
 
 def resolve_experiment(name: str, overrides: dict | None = None):
@@ -235,6 +240,7 @@ def _sweep_parsers(sub) -> None:
                    help='write an sbatch array script (one run per task) instead of running')
   s.add_argument('--set', nargs='+', action='extend', default=[], metavar='KEY=VALUE',
                  help='overrides for every run, e.g. --set train.steps=50')
+  _add_tune_flags(s, ' (the first run\'s step: XLA settings are fixed for the whole process)')
   slurm = s.add_argument_group('--slurm options (tx/sweep/slurm.py)')
   slurm.add_argument('--partition', default=None, help='#SBATCH --partition')
   slurm.add_argument('--gpus-per-run', type=int, default=None, metavar='N',

@@ -148,3 +148,20 @@ def test_rounds_rotate_and_the_defaults_stay_unless_clearly_beaten(tmp_path, mon
   assert entry['choice'] == 'default'  # 'a' is only 1.5 % faster
   assert tune.choose({'default': 1.0, 'a': 0.9}, 0.03) == 'a'
   assert tune.choose({'a': 0.9, 'b': 0.8}, 0.03) == 'b'  # no defaults measured
+
+
+def test_tx_sweep_applies_the_first_runs_cached_choice(tmp_path, monkeypatch):
+  """`tx sweep` looks up (or with --tune measures) the choice for its first run's step before
+  any run; --no-tune skips it. The runs themselves are replaced: only the wiring is checked."""
+  from tx.sweep import runner  # pylint: disable=g-import-not-at-top
+  from tx.sweep.spec import plan  # pylint: disable=g-import-not-at-top
+  applied, ran = [], []
+  monkeypatch.setattr(tune, 'apply', lambda cfg, **kw: applied.append((cfg, kw)))
+  monkeypatch.setattr(runner, 'run', lambda *a, **kw: ran.append(kw) or 0)
+  argv = ['sweep', 'ablate_ffn', '--workdir', str(tmp_path), '--only', 'gelu', '--seeds', '1']
+  assert main(argv) == 0 and main(argv + ['--tune']) == 0 and main(argv + ['--no-tune']) == 0
+  assert len(ran) == 3 and len(applied) == 2
+  first = [r for r in plan(registry.get_sweep('ablate_ffn'), tmp_path, resolve=registry.get,
+                           seeds=1) if 'gelu' in r.variant][0]
+  assert applied[0][0] == first.config and applied[0][1] == {'tune_if_missing': False}
+  assert applied[1][1] == {'tune_if_missing': True}

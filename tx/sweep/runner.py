@@ -5,7 +5,10 @@ summary.json exists is done and skipped; one with a config.json or checkpoints b
 summary is partial and resumes (train resumes by itself). `WORKDIR/sweep.json` records
 the sweep (name, base, axes, seeds, baseline, runs with overrides and dirs) for
 `tx compare`. `--dry-run` and `--commands` print the plan and write nothing; `--slurm`
-writes an sbatch array script instead of running (tx/sweep/slurm.py).
+writes an sbatch array script instead of running (tx/sweep/slurm.py). Like `tx train`, the
+sweep applies the XLA settings `tx tune` cached for this host (the first run's step, since
+XLA reads its flags once per process; `--tune` measures them first, `--no-tune` or
+TX_TUNE=0 keeps XLA's defaults).
 
 A partial run whose config.json differs from the plan (say, another `--set`) is refused
 before anything runs, since resuming it would mix two configs; a done run that differs is
@@ -230,5 +233,17 @@ def cli(args, sweep: Sweep, resolve: Resolver) -> int:
     else:
       print_plan(sweep, runs)
     return 0
+  if not getattr(args, 'no_tune', False):
+    _apply_tuning(sweep, args, resolve, extra)
   return run(sweep, args.workdir, resolve=resolve, seeds=args.seeds, extra=extra,
              only=args.only)
+
+
+def _apply_tuning(sweep: Sweep, args, resolve: Resolver, extra: dict) -> None:
+  """The `tx tune` choice cached for the first run's step (measured first with --tune):
+  XLA's flags are read once per process, so that one choice holds for every run."""
+  runs = select(plan(sweep, args.workdir, resolve=resolve, seeds=args.seeds, extra=extra),
+                args.only, sweep)
+  if runs:
+    from tx.runs import tune  # pylint: disable=g-import-not-at-top
+    tune.apply(runs[0].config, tune_if_missing=getattr(args, 'tune', False))
