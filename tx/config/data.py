@@ -46,6 +46,13 @@ class DataConfig:
   # `tx convert` writes next to one (RUN/tokenizer/tx_tokenizer.json), or a folder holding
   # either; relative paths are relative to the working directory.
   tokenizer_path: str | None = None
+  # Subword regularisation of the training split ('bpe' / 'unigram'): BPE-dropout
+  # (Provilkov et al. 2020) with this merge-dropout probability, or unigram sampling with this
+  # smoothing (Kudo 2018); 0 = the one deterministic segmentation. `subword_samples`
+  # segmentations of the split are drawn once (cached; the same for every run seed) and their
+  # rows form one shuffled pass; evaluation and decoding always use the deterministic one.
+  subword_dropout: float = 0.0
+  subword_samples: int = 16
 
   # --- Batches (tx/data/pipeline, batching) -------------------------------------------
   seq_len: int = 128  # LM window / MLM row / seq2seq source length
@@ -76,5 +83,12 @@ class DataConfig:
     if self.tokenizer_path is not None and self.tokenizer != 'hf':
       fail('data.tokenizer_path', f'is read only by data.tokenizer=hf, but data.tokenizer='
            f'{self.tokenizer!r}; set data.tokenizer=hf or drop data.tokenizer_path')
+    if not 0 <= self.subword_dropout < 1:
+      fail('data.subword_dropout', f'must be in [0, 1), got {self.subword_dropout}')
+    if self.subword_dropout and self.tokenizer not in ('bpe', 'unigram'):
+      fail('data.subword_dropout', f'samples sentencepiece segmentations, but data.tokenizer='
+           f'{self.tokenizer!r}; use data.tokenizer=bpe or unigram, or subword_dropout=0')
+    if self.subword_samples < 1:
+      fail('data.subword_samples', f'must be >= 1, got {self.subword_samples}')
     if self.num_workers < 0:
       fail('data.num_workers', f'must be >= 0, got {self.num_workers}')

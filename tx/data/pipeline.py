@@ -8,7 +8,9 @@
 
 How it works. The split is tokenized once (cached as .npy under `prepared_dir`,
 keyed by tokenizer) and turned into a *row source* (lm.py, mlm.py, seq2seq.py):
-R rows, each a pure function of its row id. Grain only orders row ids:
+R rows, each a pure function of its row id. (With data.subword_dropout the training split
+is tokenized data.subword_samples times, sampling segmentations, and the R rows are those
+of all of them: stacked.py.) Grain only orders row ids:
 
     train: range(R).shuffle(seed).repeat()  -> epoch e reshuffled with seed + e, forever
     eval:  range(R) padded with -1 rows to a multiple of the global batch, one pass
@@ -40,6 +42,7 @@ from tx.data.lm import CausalPacked, CausalWindows
 from tx.data.mlm import MLMPacked, MLMWindows, Masking, splitmix64
 from tx.data.packing import Ragged
 from tx.data.seq2seq import Framing, Seq2SeqRows
+from tx.data.stacked import StackedRows
 from tx.data.tokenizers.base import special
 from tx.data.tokenizers.specials import EOS_ID, NUM_SPECIALS
 
@@ -76,7 +79,8 @@ def _atomic_save(path: Path, write: Callable[[Any], None], mode: str = 'wb'):
 
 
 def tokenize_split(records: Sequence[dict], fields: Sequence[str], tokenizer, *,
-                   cache: Path | None = None) -> tuple[dict[str, Ragged], dict[str, int]]:
+                   cache: Path | None = None, encode: Callable[[str], list[int]] | None = None
+                   ) -> tuple[dict[str, Ragged], dict[str, int]]:
   """Token ids of `fields` of every record, cached as .npy files in `cache`.
 
   Args:
@@ -85,6 +89,8 @@ def tokenize_split(records: Sequence[dict], fields: Sequence[str], tokenizer, *,
     cache: folder for '{field}.tokens.npy' / '{field}.offsets.npy' / 'meta.json'; one
       per (dataset, tokenizer, split): a cached entry is trusted if the number of
       records matches (make_pipeline keys it by prepared_dir, tokenizer and split).
+    encode: replaces `tokenizer.encode` (a sampled segmentation); called on every text of
+      the first field, then of the next, in record order.
   Returns:
     ({field: Ragged with N examples}, {'{field}_bytes': UTF-8 bytes, '{field}_tokens': ids}).
   """
@@ -102,7 +108,7 @@ def tokenize_split(records: Sequence[dict], fields: Sequence[str], tokenizer, *,
       texts[f].append(record[f])
   out, counts = {}, {}
   for f in fields:
-    out[f] = Ragged.from_lists([tokenizer.encode(t) for t in texts[f]])
+    out[f] = Ragged.from_lists([(encode or tokenizer.encode)(t) for t in texts[f]])
     counts[f'{f}_bytes'] = sum(len(t.encode('utf-8')) for t in texts[f])
     counts[f'{f}_tokens'] = int(len(out[f].tokens))
   if cache is not None:
@@ -342,6 +348,24 @@ def make_rows(data_cfg, objective: str, fields: dict[str, Ragged], *, tokenizer,
   return MLMWindows(docs.joined(EOS_ID), data_cfg.seq_len, masking, train=train)
 
 
+def sampled_rows(data_cfg, objective: str, records: Sequence[dict], fields: Sequence[str], *,
+                 tokenizer, seed: int, cache: Path | None) -> StackedRows:
+  """The training rows of `data.subword_samples` segmentations of `records`, each drawn with
+  `data.subword_dropout` (sentencepiece seed k + 1 for the k-th, so the same on every run
+  and process) and cached beside the deterministic one; each laid out in its own order."""
+  if not hasattr(tokenizer, 'sampler'):
+    raise DataError(f'data.subword_dropout: {type(tokenizer).__name__} cannot sample '
+                    f'segmentations; use data.tokenizer=bpe or unigram, or subword_dropout=0')
+  dropout, parts = data_cfg.subword_dropout, []
+  for k in range(data_cfg.subword_samples):
+    where = cache.with_name(f'{cache.name}-dropout{dropout:g}-{k}') if cache is not None else None
+    tokens, _ = tokenize_split(records, fields, tokenizer, cache=where,
+                               encode=tokenizer.sampler(dropout, seed=k + 1))
+    parts.append(make_rows(data_cfg, objective, tokens, tokenizer=tokenizer, seed=seed + k,
+                           train=True))
+  return StackedRows(parts)
+
+
 def dataset_tokenizer(data_cfg, *, source: Callable[[str], Sequence[dict]] | None = None,
                       cache_dir: str | Path | None = None):
   """The dataset's tokenizer, trained on the train split the first time, then cached.
@@ -420,7 +444,11 @@ def make_pipeline(data_cfg, objective: str, split: str, *, batch_size: int, seed
   fields = ('source', 'target') if 'source' in records[0] else ('text',)
   cache = Path(cache_dir) / tokenizer_key(tokenizer) / split if cache_dir is not None else None
   tokens, counts = tokenize_split(records, fields, tokenizer, cache=cache)
-  rows = make_rows(data_cfg, objective, tokens, tokenizer=tokenizer, seed=seed, train=train)
+  if train and split == 'train' and data_cfg.subword_dropout:
+    rows = sampled_rows(data_cfg, objective, records, fields, tokenizer=tokenizer, seed=seed,
+                        cache=cache)
+  else:
+    rows = make_rows(data_cfg, objective, tokens, tokenizer=tokenizer, seed=seed, train=train)
   pipe = Pipeline(rows, tokenizer=tokenizer, objective=objective, split=split,
                   batch_size=batch_size // shard_count, seed=seed, shard_index=shard_index,
                   shard_count=shard_count, train=train, counts=counts,

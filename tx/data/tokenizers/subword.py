@@ -105,10 +105,22 @@ class SentencePieceTokenizer(Tokenizer):
 
   def encode(self, text: str) -> list[int]:
     """Ids of `text`, without BOS/EOS."""
+    return self._encode(text)
+
+  def sampler(self, dropout: float, seed: int):
+    """`encode` drawing one of the text's segmentations (subword regularisation): BPE-dropout
+    (Provilkov et al. 2020; each merge skipped with probability `dropout`) for 'bpe', sampling
+    from the unigram lattice with smoothing `dropout` (Kudo 2018) for 'unigram'. Seeds
+    sentencepiece's generator (process-wide) with `seed`; the same seed and sequence of texts
+    give the same ids. Returns a function str -> list[int]."""
+    spm.set_random_generator_seed(seed)
+    return lambda text: self._encode(text, enable_sampling=True, alpha=dropout, nbest_size=-1)
+
+  def _encode(self, text: str, **sampling) -> list[int]:
     if _MARKER not in text:
-      return self._sp.encode(text)
+      return self._sp.encode(text, **sampling)
     marker = [self._sp.piece_to_id(f'<0x{b:02X}>') for b in _MARKER.encode('utf-8')]
-    parts = self._sp.encode(text.split(_MARKER))
+    parts = [self._sp.encode(part, **sampling) for part in text.split(_MARKER)]
     ids = parts[0]
     for part in parts[1:]:
       ids += marker + part
