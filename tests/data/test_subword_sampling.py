@@ -9,6 +9,7 @@ import pytest
 
 from tx.config import DataConfig
 from tx.config.base import ConfigError
+from tx.data.errors import DataError
 from tx.data.pipeline import make_pipeline
 from tx.data.stacked import StackedRows
 from tx.data.tokenizers import CharTokenizer, SentencePieceTokenizer
@@ -101,5 +102,6 @@ def test_bad_settings_are_one_line_errors(kw, says):
 
 def test_a_tokenizer_that_cannot_sample_is_refused(tmp_path):
   char = CharTokenizer.train([r['source'] for r in RECORDS])
-  with pytest.raises(Exception, match='cannot sample segmentations'):
+  with pytest.raises(DataError, match='cannot sample segmentations') as e:
     _pipe(char, subword_dropout=0.1)
+  assert '\n' not in str(e.value) and 'data.tokenizer=bpe' in str(e.value)
