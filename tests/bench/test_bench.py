@@ -58,7 +58,8 @@ def test_side_by_side_run_measures_tx_and_the_peer():
   peers = suite.torch_available()
   spec = dict(cases.QUICK[1].spec)
   case = cases.Case('gpt_6l', spec, kinds=('train', 'decode'), decode_batches=(1,))
-  doc = suite.run([case], peers=peers, ceiling_n=256, say=lambda m: None)
+  doc = suite.run([case], peers=peers, ceiling_n=256, gemms=cases.QUICK_GEMMS,
+                  say=lambda m: None)
   got = doc['cases']['gpt_6l']
   assert 'error' not in got, got
   assert got['tx_train']['tokens_per_s'] > 0 and got['tx_train']['peak_rss_bytes'] > 1e7
@@ -67,6 +68,11 @@ def test_side_by_side_run_measures_tx_and_the_peer():
   by = {(r['case'], r['metric']): r for r in doc['rows']}
   mfu = by['gpt_6l', 'train MFU']['tx']
   assert 0 < mfu < 1.5  # a ceiling far off the step's FLOP rate would show here
+  sides = ('tx', 'peer') if peers else ('tx',)
+  for side in sides:  # each of the step's products timed alone, per dtype
+    rates = doc['gemms'][side]
+    assert list(rates) == [g[0] for g in cases.QUICK_GEMMS], rates
+    assert all(r[d] > 0 for r in rates.values() for d in ('float32', 'bfloat16'))
   if peers:
     assert got['peer_decode_b1']['generated_tokens'] == spec['new']
     assert by['gpt_6l', 'train tokens/s']['ratio'] > 0
@@ -129,6 +135,17 @@ def test_bf16_rows_targets_and_the_ceiling_arithmetic():
   # bf16: 100 GFLOP in 2.5 s = 40 GFLOP/s; 1.5x = 60 of XLA's 50 -> 120 %
   assert '120%' in lines[1] and 'ruled out' in lines[1]
   assert 'GEMM ceilings and the 1.5x target' in report.table(doc)
+
+
+def test_step_gemms_are_reported_side_by_side():
+  doc = _bf16_doc({'avx512_bf16': True})
+  doc['gemms'] = {'tx': {'ffn in, forward': {'float32': 180e9, 'bfloat16': 320e9}},
+                  'peer': {'ffn in, forward': {'float32': 200e9, 'bfloat16': 400e9}}}
+  assert report.gemm_lines(doc) == [
+      'ffn in, forward: float32 180 / 200 (0.90x), bfloat16 320 / 400 (0.80x)']
+  assert 'GEMMs of the 6-layer step timed alone' in report.table(doc)
+  del doc['gemms']['peer']  # --no-peers: XLA's rates alone
+  assert report.gemm_lines(doc) == ['ffn in, forward: float32 180, bfloat16 320']
 
 
 def test_bf16_targets_are_not_judged_without_bf16_arithmetic():

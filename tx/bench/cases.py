@@ -85,6 +85,22 @@ SUITE = (
          note='for contrast: 24 layers unrolled'),
 )
 
+# The dense products of gpt_6l's training step (M = batch 64 x context 256 = 16,384 rows;
+# d 384, d_ff 1536), timed alone in both frameworks next to the n^3 ceiling: the forward
+# products, the input gradients (g · wᵀ: the right operand contracted on its last
+# dimension) and the weight gradients (xᵀ · g, as tx computes them: on a transposed copy).
+# (label, m, k, n, right operand transposed)
+STEP_GEMMS = (
+    ('ffn in, forward', 16384, 384, 1536, False),
+    ('ffn out, forward', 16384, 1536, 384, False),
+    ('ffn in, input gradient', 16384, 1536, 384, True),
+    ('ffn out, input gradient', 16384, 384, 1536, True),
+    ('ffn, weight gradient', 384, 16384, 1536, False),
+    ('attention projection', 16384, 384, 384, False),
+)
+QUICK_GEMMS = (('ffn in, forward', 256, 32, 128, False),
+               ('ffn in, input gradient', 256, 128, 32, True))
+
 _TINY = dict(steps=2, warmup=1)
 QUICK = (
     Case('gpt_baby', _gpt(2, 2, 32, 16, 4, **_TINY)),

@@ -130,6 +130,21 @@ def ceiling_arithmetic(doc: dict) -> list[str]:
   return lines
 
 
+def gemm_lines(doc: dict) -> list[str]:
+  """One line per product of the step timed alone: GFLOP/s of XLA and of torch per dtype,
+  and XLA / torch (where the GEMM kernels, not the rest of the step, decide a ratio)."""
+  ours, theirs = doc.get('gemms', {}).get('tx', {}), doc.get('gemms', {}).get('peer', {})
+  lines = []
+  for label, rates in ours.items():
+    parts = []
+    for dtype, rate in rates.items():
+      peer = theirs.get(label, {}).get(dtype)
+      parts.append(f'{dtype} {rate / 1e9:.0f}' + (
+          f' / {peer / 1e9:.0f} ({rate / peer:.2f}x)' if peer else ''))
+    lines.append(f'{label}: ' + ', '.join(parts))
+  return lines
+
+
 def _fmt(x) -> str:
   if x is None:
     return '-'
@@ -159,6 +174,10 @@ def table(doc: dict) -> str:
   for name, case in doc['cases'].items():
     if 'error' in case:
       lines.append(f'{name:<22} FAILED: {case["error"]}')
+  gemms = gemm_lines(doc)
+  if gemms:
+    lines += ['', 'GEMMs of the 6-layer step timed alone, GFLOP/s (XLA / torch):'] + [
+        f'  {g}' for g in gemms]
   arithmetic = ceiling_arithmetic(doc)
   if arithmetic:
     lines += ['', 'GEMM ceilings and the 1.5x target:'] + [f'  {a}' for a in arithmetic]

@@ -83,14 +83,16 @@ def _measure_case(case, *, peers: bool, threads: int, say) -> dict:
   return out
 
 
-def run(cases, *, peers: bool = True, threads: int = 2, say=print, ceiling_n: int = 2048) -> dict:
+def run(cases, *, peers: bool = True, threads: int = 2, say=print, ceiling_n: int = 2048,
+        gemms=cases_lib.STEP_GEMMS) -> dict:
   """Measures every case; returns the JSON document (machine with its host, ceilings, cases,
-  targets)."""
+  targets, and `gemms`: each of the step's products timed alone by XLA and by torch)."""
   start = time.time()
   info = machine(threads)
   say(host.summary(info['host']))
   ceiling_spec = {'n': ceiling_n, 'repeats': 10}
-  ceilings = [run_isolated(f'{TX}:ceiling', ceiling_spec, threads=threads)]
+  ceilings = [run_isolated(f'{TX}:ceiling', dict(ceiling_spec, gemms=gemms), threads=threads)]
+  gemm_rates = {'tx': ceilings[0].pop('gemms', {})}
   say(f'matmul ceiling: {ceilings[0]["float32_flops"] / 1e9:.1f} GFLOP/s float32, '
       f'{ceilings[0]["bfloat16_flops"] / 1e9:.1f} bf16')
   results = {}
@@ -105,10 +107,12 @@ def run(cases, *, peers: bool = True, threads: int = 2, say=print, ceiling_n: in
   doc = {'machine': info, 'ceilings': ceilings, 'ceiling': ceiling,
          'cases': results, 'wall_s': time.time() - start}
   if peers and any(c.peer for c in cases):
-    peer = run_isolated(f'{PEERS}:ceiling', ceiling_spec, threads=threads)
+    peer = run_isolated(f'{PEERS}:ceiling', dict(ceiling_spec, gemms=gemms), threads=threads)
     doc['peer_ceiling'] = {d: peer[f'{d}_flops'] for d in ('float32', 'bfloat16')}
+    gemm_rates['peer'] = peer.get('gemms', {})
     say(f'torch matmul ceiling: {peer["float32_flops"] / 1e9:.1f} GFLOP/s float32, '
         f'{peer["bfloat16_flops"] / 1e9:.1f} bf16')
+  doc['gemms'] = gemm_rates
   doc['rows'] = report.rows(doc)
   doc['targets'] = report.targets(doc)
   return doc
@@ -148,7 +152,8 @@ def cli(args) -> int:
     raise UserError(f'--threads must be >= 1, got {args.threads}')
   say = (lambda *a, **k: None) if args.quiet else (lambda m: print(m, file=sys.stderr, flush=True))
   doc = run(chosen, peers=peers, threads=args.threads, say=say,
-            ceiling_n=512 if args.quick else 2048)
+            ceiling_n=512 if args.quick else 2048,
+            gemms=cases_lib.QUICK_GEMMS if args.quick else cases_lib.STEP_GEMMS)
   print(report.table(doc))
   with open(args.json, 'w', encoding='utf-8') as f:
     json.dump(doc, f, indent=1)

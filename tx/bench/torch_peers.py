@@ -266,20 +266,37 @@ def seq2seq_decode(spec):
 
 def ceiling(spec):
   """torch's n^3 matmul FLOP/s per dtype (float32, bfloat16): the median of `repeats` timed
-  calls after one untimed one, and the best; the peer side of the GEMM-ceiling arithmetic."""
+  calls after one untimed one, and the best; the peer side of the GEMM-ceiling arithmetic.
+  With spec['gemms'], each listed product's median too (as tx_side.ceiling)."""
   torch = _torch(spec)
   n, out = spec.get('n', 2048), {}
-  for name, dtype in (('float32', torch.float32), ('bfloat16', torch.bfloat16)):
+  dtypes = (('float32', torch.float32), ('bfloat16', torch.bfloat16))
+  for name, dtype in dtypes:
     a = torch.randn(n, n).to(dtype)
-    torch.mm(a, a)
-    rates = []
-    for _ in range(spec.get('repeats', 10)):
-      t0 = time.perf_counter()
-      torch.mm(a, a)
-      rates.append(2 * n ** 3 / (time.perf_counter() - t0))
+    rates = _mm_rates(torch, a, a, spec.get('repeats', 10))
     out[f'{name}_flops'] = statistics.median(rates)
     out[f'{name}_flops_best'] = max(rates)
+  if spec.get('gemms'):
+    out['gemms'] = {}
+    for label, m, k, n_, transposed in spec['gemms']:
+      out['gemms'][label] = {}
+      for name, dtype in dtypes:
+        a = torch.randn(m, k).to(dtype)
+        b = torch.randn(n_, k).to(dtype).t() if transposed else torch.randn(k, n_).to(dtype)
+        out['gemms'][label][name] = statistics.median(
+            _mm_rates(torch, a, b, spec.get('gemm_repeats', 5)))
   return out
+
+
+def _mm_rates(torch, a, b, reps):
+  """FLOP/s of `reps` timed torch.mm(a, b) calls after one untimed one."""
+  torch.mm(a, b)
+  rates = []
+  for _ in range(reps):
+    t0 = time.perf_counter()
+    torch.mm(a, b)
+    rates.append(2 * a.shape[0] * a.shape[1] * b.shape[1] / (time.perf_counter() - t0))
+  return rates
 
 
 PEERS = {f.__name__: f for f in (gpt2_train, gpt2_generate, bert_train, seq2seq_train,

@@ -34,7 +34,7 @@ from tx.config.train import TaskConfig
 from tx.decode.generate import generate_lm, generate_seq2seq
 from tx.models.build import build_model
 from tx.tasks.objectives import make_task
-from tx.train.flops import flops_per_step, matmul_rates
+from tx.train.flops import flops_per_step, gemm_rates, matmul_rates
 from tx.train.mesh import batch_sharding, logical_rules, make_mesh
 from tx.train.optimizer import make_optimizer
 from tx.train.state import init_state, state_shardings
@@ -227,10 +227,18 @@ def decode(spec: dict) -> dict:
 
 def ceiling(spec: dict) -> dict:
   """Achieved FLOP/s of a jitted n^3 matmul per dtype (inputs in the dtype, float32
-  accumulation): the median of `repeats` timed calls, and the best."""
+  accumulation): the median of `repeats` timed calls, and the best. With spec['gemms']
+  (tx/bench/cases.py STEP_GEMMS), also each listed product's median FLOP/s per dtype under
+  'gemms'."""
   out = {}
-  for dtype in spec.get('dtypes', ('float32', 'bfloat16')):
+  dtypes = spec.get('dtypes', ('float32', 'bfloat16'))
+  for dtype in dtypes:
     rates = matmul_rates(dtype, spec.get('n', 2048), spec.get('repeats', 10))
     out[f'{dtype}_flops'] = statistics.median(rates)
     out[f'{dtype}_flops_best'] = max(rates)
+  if spec.get('gemms'):
+    out['gemms'] = {label: {d: statistics.median(gemm_rates(d, m, k, n, rhs_transposed=t,
+                                                            reps=spec.get('gemm_repeats', 5)))
+                            for d in dtypes}
+                    for label, m, k, n, t in spec['gemms']}
   return out

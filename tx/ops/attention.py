@@ -186,16 +186,9 @@ def _causal_blocks(q_BLHD, k_BSKD, v_BSKD, mask, bias, scale, blocks, softcap=0.
   if blocks == 1:
     return xla_attention(q_BLHD, k_BSKD, v_BSKD, mask, bias, scale, _MASK_VALUE, softcap)
   cuts = [round(L * i / blocks) for i in range(blocks + 1)]
-
   first = lambda a: max(0, a - window + 1) if window else 0  # the block's first key
-
-  def rows(x_BHLS, a, b):  # mask / bias have full L and S axes here (_as_4d)
-    return None if x_BHLS is None else x_BHLS[:, :, a:b, first(a):b]
-
-  return jnp.concatenate([
-      xla_attention(q_BLHD[:, a:b], k_BSKD[:, first(a):b], v_BSKD[:, first(a):b],
-                    rows(mask, a, b), rows(bias, a, b), scale, _MASK_VALUE, softcap)
-      for a, b in zip(cuts[:-1], cuts[1:])], axis=1)
+  return xla_attention(q_BLHD, k_BSKD, v_BSKD, mask, bias, scale, _MASK_VALUE, softcap,
+                       blocks=[(a, b, first(a), b) for a, b in zip(cuts[:-1], cuts[1:])])
 
 
 def _cudnn_attention(q_BLHD, k_BSKD, v_BSKD, mask, bias, scale):

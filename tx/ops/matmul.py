@@ -13,7 +13,8 @@ float32 accumulation) takes a product only when its output is float32 and its le
 contracts its last dimension. A plain bf16 x bf16 -> bf16 dot, and the weight gradient
 xᵀ·g (left operand contracting its first dimension), are upcast to float32 matmuls instead.
 `_low_precision_matmul` keeps all three products of a layer in the fast form, with xᵀ
-materialised by a transpose that XLA cannot fold back into the dot, and returns the
+(or gᵀ, when the output gradient g is the narrower) materialised by a transpose that XLA
+cannot fold back into the dot, and returns the
 float32 accumulator: what follows a dense layer (bias, activation, residual add) is
 elementwise work, which XLA:CPU runs faster in float32 than in bf16, and the next product
 rounds its input to bf16 anyway (benchmarks/NOTES.md, attempts 27 and 30). Layers that hand
@@ -94,7 +95,10 @@ def _low_precision_matmul_bwd(residuals, g_MN):
   x_MK, w_KN = residuals
   g_MN = g_MN.astype(x_MK.dtype)
   d_x = _accumulate_f32(g_MN, w_KN, ((1,), (1,)))                          # g · wᵀ
-  d_w = _accumulate_f32(_materialized_transpose(x_MK), g_MN, ((1,), (0,)))  # xᵀ · g
+  if g_MN.shape[1] < x_MK.shape[1]:  # transpose the narrower of x and g: fewer bytes copied
+    d_w = _accumulate_f32(_materialized_transpose(g_MN), x_MK, ((1,), (0,))).T  # (gᵀ · x)ᵀ
+  else:
+    d_w = _accumulate_f32(_materialized_transpose(x_MK), g_MN, ((1,), (0,)))  # xᵀ · g
   return d_x, d_w.astype(w_KN.dtype)
 
 

@@ -178,12 +178,23 @@ def _measure(dtype: str, n: int, reps: int, platform: str, device_kind: str) -> 
 def matmul_rates(dtype: str = 'float32', n: int = 2048, reps: int = 3) -> list[float]:
   """FLOP/s of each of `reps` timed calls of a jitted n x n x n matmul (inputs in `dtype`,
   float32 accumulation), after one untimed call that compiles it."""
-  a = jnp.asarray(np.random.default_rng(0).standard_normal((n, n)), dtype)
-  f = jax.jit(lambda x, y: jnp.dot(x, y, preferred_element_type=jnp.float32))
-  f(a, a).block_until_ready()
+  return gemm_rates(dtype, n, n, n, reps=reps)
+
+
+def gemm_rates(dtype: str, m: int, k: int, n: int, *, rhs_transposed: bool = False,
+               reps: int = 3) -> list[float]:
+  """FLOP/s of each of `reps` timed calls of a jitted [m, k] · [k, n] product (the right
+  operand stored [n, k] and contracted on its last dimension when `rhs_transposed`), inputs
+  in `dtype`, float32 accumulation, after one untimed call that compiles it."""
+  rng = np.random.default_rng(0)
+  a = jnp.asarray(rng.standard_normal((m, k)), dtype)
+  b = jnp.asarray(rng.standard_normal((n, k) if rhs_transposed else (k, n)), dtype)
+  dims = (((1,), (1,) if rhs_transposed else (0,)), ((), ()))
+  f = jax.jit(lambda x, y: jax.lax.dot_general(x, y, dims, preferred_element_type=jnp.float32))
+  f(a, b).block_until_ready()
   rates = []
   for _ in range(reps):
     t = time.perf_counter()
-    f(a, a).block_until_ready()
-    rates.append(2 * n ** 3 / (time.perf_counter() - t))
+    f(a, b).block_until_ready()
+    rates.append(2 * m * k * n / (time.perf_counter() - t))
   return rates
