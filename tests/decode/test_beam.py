@@ -135,9 +135,11 @@ def test_gather_beams_reorders_within_rows_and_respects_scanned_layout():
   cache = {'index': jnp.asarray(5),
            'layer_0': {'cached_key': ids[:, None] * jnp.ones((1, 4)),
                        'cross_key': ids[:, None] * jnp.ones((1, 4))},
-           'layers': {'cached_key': jnp.stack([ids, ids + 100])}}  # [layers, B*K]
+           'layers': {'cached_key': jnp.stack([ids, ids + 100])},  # [layers, B*K]
+           'layer_1': {'cached_value': jnp.repeat(ids, 2)[:, None]}}  # 2 kv heads per row
   out = gather_beams(cache, jnp.array([[2, 2, 0], [1, 0, 0]]), batch, beams)
   want = [2, 2, 0, 4, 3, 3]
+  np.testing.assert_array_equal(out['layer_1']['cached_value'][:, 0], np.repeat(want, 2))
   assert int(out['index']) == 5
   np.testing.assert_array_equal(out['layer_0']['cached_key'][:, 0], want)
   np.testing.assert_array_equal(out['layers']['cached_key'], [want, [w + 100 for w in want]])

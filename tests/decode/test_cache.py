@@ -103,6 +103,25 @@ def test_beam_search_in_cache_segments_equals_one_cache(dm, family):
   np.testing.assert_allclose(scores_grown, scores_one, atol=ATOL)
 
 
+@pytest.mark.parametrize('family', ['decoder', 'encoder_decoder'])
+def test_beam_search_scores_are_the_models_log_probs(dm, family):
+  """3 beams per row over 2 rows (no length penalty, no EOS): each row's score is the
+  full forward pass's log-prob of the tokens it returns, so the cache copied to the beams
+  and reordered between them stays with its row and beam (2 kv heads per cache row)."""
+  cfg = dm.tiny(family, **CASES[2])
+  search = beam_search_lm if family == 'decoder' else beam_search_seq2seq
+  model = tx.build_model(cfg)
+
+  def run(params, inputs):
+    tokens, scores = search.__wrapped__(cfg, params, inputs, beams=3, max_len=MAX_NEW,
+                                        alpha=0.0, eos_id=-1)
+    return tokens, scores, _teacher_forced(model, params, inputs, tokens)
+  tokens, scores, logits = dm.quick_jit(run)(dm.params(cfg), dm.inputs(cfg))
+  logp = jax.nn.log_softmax(logits.at[..., 0].set(-jnp.inf))  # PAD is never chosen
+  want = jnp.take_along_axis(logp, tokens[..., None], axis=-1)[..., 0].sum(-1)
+  np.testing.assert_allclose(scores, want, atol=1e-4)
+
+
 def test_cached_sampling_equals_uncached_loop(dm):
   """The literal baseline of the benchmark: the whole network rerun at every step."""
   cfg = dm.tiny('decoder', position='rope')

@@ -86,18 +86,18 @@ def test_local_cache_has_window_slots_whatever_the_length(dm, length):
   have W = 4 slots; only the global layer's grow with the decode length; a model of
   local layers only keeps nothing of the decode length at all."""
   mixed = _leaf_shapes(_windowed(dm, num_layers=2, attention_pattern='local,global'), length)
-  b, k, d = 2, 2, 8
-  assert mixed["['decoder']['stack']['layer_0']['self_attention']['cached_key']"] == (b, k, 4, d)
+  b, k, d = 2, 2, 8  # self-attention caches are [B*K, slots, D]
+  assert mixed["['decoder']['stack']['layer_0']['self_attention']['cached_key']"] == (b * k, 4, d)
   assert mixed["['decoder']['stack']['layer_1']['self_attention']['cached_key']"] == (
-      b, k, length, d)
+      b * k, length, d)
   assert mixed["['decoder']['ring_valid']"] == mixed["['decoder']['ring_positions']"] == (b, 4)
   assert mixed["['decoder']['key_valid']"] == (b, length)
   local = _leaf_shapes(_windowed(dm, num_layers=2, scan_layers=True), length)
   assert local["['decoder']['stack']['layers']['self_attention']['cached_value']"] == (
-      2, b, k, 4, d)
+      2, b * k, 4, d)
   assert all(length not in shape for shape in local.values())
   short = _leaf_shapes(_windowed(dm, window=64, num_layers=1), 10)  # R = min(W, S)
-  assert short["['decoder']['stack']['layer_0']['self_attention']['cached_key']"] == (b, k, 10, d)
+  assert short["['decoder']['stack']['layer_0']['self_attention']['cached_key']"] == (b * k, 10, d)
 
 
 def test_beam_search_with_local_layers(dm):

@@ -46,11 +46,18 @@ def _name(path) -> str:
   return str(getattr(path[-1], 'key', '')) if path else ''
 
 
-def gather_beams(cache, beam_idx_BK, batch: int, beams: int):
-  """Reorders every cache leaf's [B*K] batch axis: row b's beam j <- its beam beam_idx[b, j].
+def _by_row(x, axis: int, rows: int):
+  """x with its batch axis split into [rows, n // rows]: self-attention caches merge the
+  batch with the kv heads ([B*K, S, D], batch-major), other leaves have n = rows."""
+  return x.reshape(x.shape[:axis] + (rows, -1) + x.shape[axis + 1:])
 
-  beam_idx [B, K] holds indices into K. Leaves without a B*K batch axis (the index) and
-  cross-attention keys/values (the same for all beams of a row) are left as they are.
+
+def gather_beams(cache, beam_idx_BK, batch: int, beams: int):
+  """Reorders every cache leaf's batch axis: row b's beam j <- its beam beam_idx[b, j].
+
+  beam_idx [B, K] holds indices into K. Leaves without a batch axis of B*K rows (the
+  index) and cross-attention keys/values (the same for all beams of a row) are left as
+  they are.
   """
   flat = (jnp.arange(batch)[:, None] * beams + beam_idx_BK).reshape(-1)
 
@@ -58,16 +65,20 @@ def gather_beams(cache, beam_idx_BK, batch: int, beams: int):
     if x.ndim == 0 or _name(path) in SHARED_BY_BEAMS:
       return x
     axis = _batch_axis(path)
-    if x.shape[axis] != batch * beams:
+    if x.shape[axis] % (batch * beams):
       return x
-    return jnp.take(x, flat, axis=axis)
+    return jnp.take(_by_row(x, axis, batch * beams), flat, axis=axis).reshape(x.shape)
   return jax.tree_util.tree_map_with_path(one, cache)
 
 
-def repeat_beams(cache, beams: int):
+def repeat_beams(cache, beams: int, batch: int):
   """Every cache leaf's batch axis B -> B*K (row b's copies at b*K .. b*K+K-1)."""
   def one(path, x):
-    return x if x.ndim == 0 else jnp.repeat(x, beams, axis=_batch_axis(path))
+    if x.ndim == 0:
+      return x
+    axis = _batch_axis(path)
+    rows = jnp.repeat(_by_row(x, axis, batch), beams, axis=axis)
+    return rows.reshape(x.shape[:axis] + (-1,) + x.shape[axis + 1:])
   return jax.tree_util.tree_map_with_path(one, cache)
 
 
@@ -161,7 +172,7 @@ def beam_search_lm(cfg: ModelConfig, params, prompt_BP, *, beams: int = 4, max_l
         'or decode with greedy / sample, which slide a window past model.max_len')
   schedule = cache_schedule(p, max_len, cache_segments)
   s = lm_stepper(cfg, params, prompt_BP, schedule[0][1], prompt_valid_BP=prompt_valid)
-  cache, logits, lengths = (repeat_beams(x, beams) for x in (s.cache, s.logits, s.positions))
+  cache, logits, lengths = (repeat_beams(x, beams, b) for x in (s.cache, s.logits, s.positions))
   step_fn = lambda cache, tok, t: s.step(cache, tok, (lengths + t)[:, None])
   return search(step_fn, cache, logits, b, beams, max_len=max_len, alpha=alpha, eos_id=eos_id,
                 pad_id=pad_id, resize=functools.partial(s.resize, rows=b * beams),

@@ -170,23 +170,26 @@ class MultiHeadAttention(nn.Module):
                         use_bias=cfg.use_bias, dtype=cfg.dtype, param_dtype=cfg.param_dtype,
                         name='out')(out_BLHD)
 
-  # Caches are stored [B, K, S, D], the layout the attention dot reads: stored as
-  # [B, S, K, D], XLA:CPU copied the whole cache into that layout at every decoding step
-  # (~90 % of a step at batch 8; benchmarks/NOTES.md). The [B, S, K, D] views returned
-  # below are transposes of transposes, which XLA folds away.
+  # Self-attention caches are stored [B*K, S, D] (rows of one kv head, batch-major): the
+  # operand a single query's attention dots read (tx/ops/xla_attention.py `_single_query`).
+  # A cache of any other shape reaches those dots through a reshape, and XLA:CPU then
+  # duplicates the in-place update into a second whole-cache copy at every decoding step
+  # (benchmarks/NOTES.md attempt 34). The [B, S, K, D] views returned below are reshapes
+  # and transposes that XLA folds away.
   def _update_cache(self, k_BLKD, v_BLKD, cache_index):
     """Writes the new keys/values at `cache_index`; returns the whole cache [B, S_max, K, D]."""
     initialized = self.has_variable('cache', 'cached_key')
-    shape_BKLD = _heads_first(k_BLKD).shape
-    cached_k = self.variable('cache', 'cached_key', jnp.zeros, shape_BKLD, k_BLKD.dtype)
-    cached_v = self.variable('cache', 'cached_value', jnp.zeros, shape_BKLD, v_BLKD.dtype)
+    b, l, kv_heads, dim = k_BLKD.shape
+    cached_k = self.variable('cache', 'cached_key', jnp.zeros, (b * kv_heads, l, dim),
+                             k_BLKD.dtype)
+    cached_v = self.variable('cache', 'cached_value', jnp.zeros, (b * kv_heads, l, dim),
+                             v_BLKD.dtype)
     if not initialized:  # the allocating call at init attends over its own input only
       return k_BLKD, v_BLKD
-    start = (0, 0, cache_index, 0)
     for cached, new in ((cached_k, k_BLKD), (cached_v, v_BLKD)):
       cached.value = jax.lax.dynamic_update_slice(
-          cached.value, _heads_first(new).astype(cached.value.dtype), start)
-    return _heads_first(cached_k.value), _heads_first(cached_v.value)
+          cached.value, _cache_rows(new).astype(cached.value.dtype), (0, cache_index, 0))
+    return _cache_view(cached_k.value, b), _cache_view(cached_v.value, b)
 
   def _update_ring(self, k_BLKD, v_BLKD, cache_index):
     """A local layer's cache: a ring of R = min(window, S_max) slots, token t in slot t mod R.
@@ -199,17 +202,16 @@ class MultiHeadAttention(nn.Module):
     """
     initialized = self.has_variable('cache', 'cached_key')
     b, l, kv_heads, dim = k_BLKD.shape
-    shape_BKRD = (b, kv_heads, min(self.cfg.window, l), dim)  # at init, l = S_max
-    cached_k = self.variable('cache', 'cached_key', jnp.zeros, shape_BKRD, k_BLKD.dtype)
-    cached_v = self.variable('cache', 'cached_value', jnp.zeros, shape_BKRD, v_BLKD.dtype)
+    shape = (b * kv_heads, min(self.cfg.window, l), dim)  # at init, l = S_max
+    cached_k = self.variable('cache', 'cached_key', jnp.zeros, shape, k_BLKD.dtype)
+    cached_v = self.variable('cache', 'cached_value', jnp.zeros, shape, v_BLKD.dtype)
     if not initialized:  # the allocating call at init attends over its own input only
       return k_BLKD, v_BLKD
     out = []
     for cached, new in ((cached_k, k_BLKD), (cached_v, v_BLKD)):
-      ring_BKRD = cached.value
-      out.append(jnp.concatenate([_heads_first(ring_BKRD).astype(new.dtype), new], axis=1))
-      cached.value = write_ring(ring_BKRD, _heads_first(new).astype(ring_BKRD.dtype),
-                                cache_index, axis=2)
+      ring = cached.value
+      out.append(jnp.concatenate([_cache_view(ring, b).astype(new.dtype), new], axis=1))
+      cached.value = write_ring(ring, _cache_rows(new).astype(ring.dtype), cache_index, axis=1)
     return tuple(out)
 
   def _cross_cache(self, kv_BSD):
@@ -235,6 +237,18 @@ class MultiHeadAttention(nn.Module):
 def _heads_first(x):
   """[B, S, K, D] <-> [B, K, S, D] (its own inverse)."""
   return jnp.swapaxes(x, 1, 2)
+
+
+def _cache_rows(x_BLKD):
+  """[B, L, K, D] -> the cache layout [B*K, L, D] (rows of one kv head, batch-major)."""
+  b, l, k, d = x_BLKD.shape
+  return _heads_first(x_BLKD).reshape(b * k, l, d)
+
+
+def _cache_view(rows, batch: int):
+  """The cache layout [B*K, S, D] -> [B, S, K, D]."""
+  n, s, d = rows.shape
+  return _heads_first(rows.reshape(batch, n // batch, s, d))
 
 
 def write_ring(ring, new, index, *, axis: int):

@@ -67,8 +67,11 @@ def capped_scores(q_BLHD, k_BSKD, scale, softcap=0.0):
 def _scores(q_BHLD, k_BKSD, scale, softcap=0.0):
   b, h, l, _ = q_BHLD.shape
   kv_heads, s = k_BKSD.shape[1], k_BKSD.shape[2]
-  scores = jnp.einsum('bkgld,bksd->bkgls', _grouped(q_BHLD, kv_heads),
-                      k_BKSD.astype(q_BHLD.dtype), preferred_element_type=_F32)
+  q, k = _grouped(q_BHLD, kv_heads), k_BKSD.astype(q_BHLD.dtype)
+  if l == 1:  # one query (decoding): see _single_query
+    scores = jnp.einsum('nsd,ngd->ngs', *_single_query(k, q), preferred_element_type=_F32)
+  else:
+    scores = jnp.einsum('bkgld,bksd->bkgls', q, k, preferred_element_type=_F32)
   scores = scores.reshape(b, h, l, s) * _F32(scale)
   return _F32(softcap) * jnp.tanh(scores / _F32(softcap)) if softcap else scores
 
@@ -98,10 +101,24 @@ def weighted_values(p_BHLS, v_BSKD, dtype):
 def _weighted_values(p_BHLS, v_BKSD, dtype):
   b, h, l, s = p_BHLS.shape
   kv_heads = v_BKSD.shape[1]
-  out = jnp.einsum('bkgls,bksd->bkgld',
-                   p_BHLS.reshape(b, kv_heads, h // kv_heads, l, s).astype(v_BKSD.dtype),
-                   v_BKSD, preferred_element_type=_F32)
+  p = p_BHLS.reshape(b, kv_heads, h // kv_heads, l, s).astype(v_BKSD.dtype)
+  if l == 1:
+    v, p = _single_query(v_BKSD, p)
+    out = jnp.einsum('ngs,nsd->ngd', p, v, preferred_element_type=_F32)
+  else:
+    out = jnp.einsum('bkgls,bksd->bkgld', p, v_BKSD, preferred_element_type=_F32)
   return out.reshape(b, h, l, -1).astype(dtype)
+
+
+def _single_query(kv_BKSD, x_BKG1X):
+  """One query row: ([B*K, S, D], [B*K, G, X]), a single batch axis for the dot.
+
+  On XLA:CPU a single query's dots read a decoding cache stored [B*K, S, D]
+  (tx/layers/attention.py) in place only in this form, the keys as the left operand;
+  with [B, K] batch axes, or q on the left, it copies every head's keys, and at batch 1
+  the whole updated cache, at every step (benchmarks/NOTES.md attempt 34)."""
+  b, k, s, d = kv_BKSD.shape
+  return kv_BKSD.reshape(b * k, s, d), x_BKG1X.reshape(b * k, x_BKG1X.shape[2], -1)
 
 
 def _rows(x_BHLS, block):
