@@ -89,17 +89,23 @@ SUITE = (
 # d 384, d_ff 1536), timed alone in both frameworks next to the n^3 ceiling: the forward
 # products, the input gradients (g · wᵀ: the right operand contracted on its last
 # dimension) and the weight gradients (xᵀ · g, as tx computes them: on a transposed copy).
-# (label, m, k, n, right operand transposed)
+# The last field counts each product per layer of a step, so the report can add up the
+# step's GEMM time: the ffn weight-gradient rate stands for both ffn layers', the
+# attention projection's forward rate for q, k, v and out's forward, input- and
+# weight-gradient products (4 x 3). The tied 65-way head is left out (0.3 % of the FLOPs).
+# (label, m, k, n, right operand transposed, per layer)
 STEP_GEMMS = (
-    ('ffn in, forward', 16384, 384, 1536, False),
-    ('ffn out, forward', 16384, 1536, 384, False),
-    ('ffn in, input gradient', 16384, 1536, 384, True),
-    ('ffn out, input gradient', 16384, 384, 1536, True),
-    ('ffn, weight gradient', 384, 16384, 1536, False),
-    ('attention projection', 16384, 384, 384, False),
+    ('ffn in, forward', 16384, 384, 1536, False, 1),
+    ('ffn out, forward', 16384, 1536, 384, False, 1),
+    ('ffn in, input gradient', 16384, 1536, 384, True, 1),
+    ('ffn out, input gradient', 16384, 384, 1536, True, 1),
+    ('ffn, weight gradient', 384, 16384, 1536, False, 2),
+    ('attention projection', 16384, 384, 384, False, 12),
 )
-QUICK_GEMMS = (('ffn in, forward', 256, 32, 128, False),
-               ('ffn in, input gradient', 256, 128, 32, True))
+STEP_GEMM_LAYERS = 6  # gpt_6l's
+QUICK_GEMMS = (('ffn in, forward', 256, 32, 128, False, 1),
+               ('ffn in, input gradient', 256, 128, 32, True, 1))
+QUICK_GEMM_LAYERS = 2
 
 _TINY = dict(steps=2, warmup=1)
 QUICK = (

@@ -84,9 +84,10 @@ def _measure_case(case, *, peers: bool, threads: int, say) -> dict:
 
 
 def run(cases, *, peers: bool = True, threads: int = 2, say=print, ceiling_n: int = 2048,
-        gemms=cases_lib.STEP_GEMMS) -> dict:
+        gemms=cases_lib.STEP_GEMMS, gemm_layers: int = cases_lib.STEP_GEMM_LAYERS) -> dict:
   """Measures every case; returns the JSON document (machine with its host, ceilings, cases,
-  targets, and `gemms`: each of the step's products timed alone by XLA and by torch)."""
+  targets, `gemms`: each of the step's products timed alone by XLA and by torch, and
+  `step_gemms`: how often a step of `gemm_layers` layers runs each)."""
   start = time.time()
   info = machine(threads)
   say(host.summary(info['host']))
@@ -113,6 +114,8 @@ def run(cases, *, peers: bool = True, threads: int = 2, say=print, ceiling_n: in
     say(f'torch matmul ceiling: {peer["float32_flops"] / 1e9:.1f} GFLOP/s float32, '
         f'{peer["bfloat16_flops"] / 1e9:.1f} bf16')
   doc['gemms'] = gemm_rates
+  doc['step_gemms'] = {'layers': gemm_layers,
+                       'products': [[label, m, k, n, count] for label, m, k, n, _, count in gemms]}
   doc['rows'] = report.rows(doc)
   doc['targets'] = report.targets(doc)
   return doc
@@ -153,7 +156,8 @@ def cli(args) -> int:
   say = (lambda *a, **k: None) if args.quiet else (lambda m: print(m, file=sys.stderr, flush=True))
   doc = run(chosen, peers=peers, threads=args.threads, say=say,
             ceiling_n=512 if args.quick else 2048,
-            gemms=cases_lib.QUICK_GEMMS if args.quick else cases_lib.STEP_GEMMS)
+            gemms=cases_lib.QUICK_GEMMS if args.quick else cases_lib.STEP_GEMMS,
+            gemm_layers=cases_lib.QUICK_GEMM_LAYERS if args.quick else cases_lib.STEP_GEMM_LAYERS)
   print(report.table(doc))
   with open(args.json, 'w', encoding='utf-8') as f:
     json.dump(doc, f, indent=1)

@@ -278,7 +278,7 @@ def ceiling(spec):
     out[f'{name}_flops_best'] = max(rates)
   if spec.get('gemms'):
     out['gemms'] = {}
-    for label, m, k, n_, transposed in spec['gemms']:
+    for label, m, k, n_, transposed, *_ in spec['gemms']:
       out['gemms'][label] = {}
       for name, dtype in dtypes:
         a = torch.randn(m, k).to(dtype)

@@ -240,5 +240,5 @@ def ceiling(spec: dict) -> dict:
     out['gemms'] = {label: {d: statistics.median(gemm_rates(d, m, k, n, rhs_transposed=t,
                                                             reps=spec.get('gemm_repeats', 5)))
                             for d in dtypes}
-                    for label, m, k, n, t in spec['gemms']}
+                    for label, m, k, n, t, *_ in spec['gemms']}
   return out
