@@ -7,6 +7,8 @@ import json
 import os
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 
@@ -14,7 +16,7 @@ from tx import compat, registry
 from tx.bench import host as host_lib
 from tx.bench import worker
 from tx.cli import main
-from tx.config.base import parse_overrides
+from tx.config.base import ConfigError, parse_overrides
 from tx.runs import tune
 
 TINY = ['model.d_model=32', 'model.num_heads=2', 'model.d_ff=64', 'model.num_layers=1',
@@ -148,6 +150,36 @@ def test_rounds_rotate_and_the_defaults_stay_unless_clearly_beaten(tmp_path, mon
   assert entry['choice'] == 'default'  # 'a' is only 1.5 % faster
   assert tune.choose({'default': 1.0, 'a': 0.9}, 0.03) == 'a'
   assert tune.choose({'a': 0.9, 'b': 0.8}, 0.03) == 'b'  # no defaults measured
+
+
+def test_processes_of_one_host_measure_once(tmp_path, monkeypatch):
+  """Two callers at once (as the processes of a `tx train --tune` job on one host): the
+  second waits for the first's measurement and reads its entry instead of timing again."""
+  started, calls = threading.Event(), []
+  def fake(target, spec, *, threads, env):
+    calls.append(env['XLA_FLAGS'])
+    started.set()
+    time.sleep(0.3)  # the other caller arrives while this one measures
+    return {'step_time_s': 1.0, 'compile_s': 0.0}
+  monkeypatch.setattr(worker, 'run_isolated', fake)
+  env, said, entries = {'TX_CACHE_DIR': str(tmp_path)}, [], []
+  measure = lambda: entries.append(tune.tune(_cfg(), candidates={'default': '', 'a': '--a=1'},
+                                             rounds=1, env=env, say=said.append))
+  first = threading.Thread(target=measure)
+  first.start()
+  assert started.wait(60)
+  measure()
+  first.join()
+  assert sorted(calls) == ['', '--a=1'] and entries[0] == entries[1]
+  assert any('waiting for its choice' in line for line in said)
+  assert any('cached choice' in line for line in said)
+
+
+def test_an_unwritable_cache_is_a_one_line_error(tmp_path):
+  blocked = tmp_path / 'file'
+  blocked.write_text('')
+  with pytest.raises(ConfigError, match='TX_CACHE_DIR to a writable folder'):
+    tune.tune(_cfg(), env={'TX_CACHE_DIR': str(blocked)}, say=lambda m: None)
 
 
 def test_tx_sweep_applies_the_first_runs_cached_choice(tmp_path, monkeypatch):

@@ -16,7 +16,9 @@ defaults. The choice is cached as one JSON file per (CPU model and ISA, CPU coun
 jaxlib versions, step signature) under $TX_CACHE_DIR/tune (default
 $XDG_CACHE_HOME/tx/tune or ~/.cache/tx/tune), so another host kind, another jax or
 another model shape is measured afresh. A mesh of simulated devices is timed as one device
-with the whole batch (the same work on the same cores).
+with the whole batch (the same work on the same cores). One measurement per entry at a time:
+the processes of a job on one host (`tx train --tune` in each) wait for the first one's
+choice (a lock file beside the entry) instead of timing on the same cores at once.
 
 `tx train` looks the run up before JAX starts its backend and appends the chosen flags to
 XLA_FLAGS; a flag you already set in XLA_FLAGS wins over the cached one. TX_TUNE=0 (or
@@ -25,6 +27,8 @@ XLA_FLAGS; a flag you already set in XLA_FLAGS wins over the cached one. TX_TUNE
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -127,8 +131,6 @@ def tune(cfg, *, candidates=None, steps: int = 5, warmup: int = 2, rounds: int =
   'timings': {name: median s/step over the rounds}, 'rounds_timings', 'failed': {name:
   why}, 'host', 'signature', ...}. A cached entry is returned as it is unless `force`."""
   from tx.bench import host as host_lib  # pylint: disable=g-import-not-at-top
-  from tx.bench.worker import BenchError, run_isolated  # pylint: disable=g-import-not-at-top
-  from tx.config.base import to_dict  # pylint: disable=g-import-not-at-top
   from tx.config.base import ConfigError  # pylint: disable=g-import-not-at-top
   env = dict(os.environ if env is None else env)
   candidates = dict(CANDIDATES if candidates is None else candidates)
@@ -139,10 +141,41 @@ def tune(cfg, *, candidates=None, steps: int = 5, warmup: int = 2, rounds: int =
                       f'in [0, 1) (got {steps}, {rounds}, {warmup}, {margin})')
   host = host_lib.probe(env)
   path = entry_path(cfg, host, env)
-  cached = lookup(cfg, host, env)
-  if cached is not None and not force:
-    say(f'tx tune: cached choice {cached["choice"]!r} ({path}); --force measures again')
-    return cached
+  with _measuring(path, say):
+    cached = lookup(cfg, host, env)
+    if cached is not None and not force:
+      say(f'tx tune: cached choice {cached["choice"]!r} ({path}); --force measures again')
+      return cached
+    return _measure(cfg, host, path, candidates, steps, warmup, rounds, margin, threads, say,
+                    env)
+
+
+@contextlib.contextmanager
+def _measuring(path: Path, say):
+  """Holds an exclusive lock beside the cache entry `path` while its step is measured: the
+  processes of one job on one host (`tx train --tune` in each) measure once, not all at
+  once on the same cores; the others wait and read the first one's entry."""
+  from tx.config.base import ConfigError  # pylint: disable=g-import-not-at-top
+  try:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lock = open(path.with_suffix('.lock'), 'a', encoding='utf-8')  # pylint: disable=consider-using-with
+  except OSError as e:
+    raise ConfigError(f'tx tune: cannot write its cache in {path.parent} ({e.strerror or e}); '
+                      'set TX_CACHE_DIR to a writable folder') from None
+  with lock:
+    try:
+      fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+      say('tx tune: another process is timing this step on this host; waiting for its choice')
+      fcntl.flock(lock, fcntl.LOCK_EX)
+    yield
+
+
+def _measure(cfg, host, path, candidates, steps, warmup, rounds, margin, threads, say, env):
+  """Times every candidate (see `tune`), writes the entry to `path` and returns it."""
+  from tx.bench.worker import BenchError, run_isolated  # pylint: disable=g-import-not-at-top
+  from tx.config.base import to_dict  # pylint: disable=g-import-not-at-top
+  from tx.config.base import ConfigError  # pylint: disable=g-import-not-at-top
   threads = threads or host.get('usable_cpus') or os.cpu_count() or 1
   spec = {'config': to_dict(_tuned_config(cfg)), 'steps': steps, 'warmup': warmup}
   runs, failed, details = {}, {}, {}
@@ -175,7 +208,6 @@ def tune(cfg, *, candidates=None, steps: int = 5, warmup: int = 2, rounds: int =
            'margin': margin, 'threads': threads, 'experiment': cfg.name,
            'host': host_key(host), 'signature': step_signature(cfg),
            'measured_at': time.strftime('%Y-%m-%dT%H:%M:%S%z')}
-  path.parent.mkdir(parents=True, exist_ok=True)
   partial = path.with_suffix('.partial')
   partial.write_text(json.dumps(entry, indent=1, sort_keys=True), encoding='utf-8')
   partial.replace(path)  # a reader sees the whole entry or none
