@@ -7,6 +7,7 @@ import pytest
 
 from tx import cli
 from tx.bench import cases, report, suite, tx_side
+from tx.timing import calls_per_sample
 
 
 def _doc(tx_tokens, peer_tokens, tx_rss, peer_rss, step_s=2.0, flops=100e9, ceiling=100e9):
@@ -58,8 +59,7 @@ def test_side_by_side_run_measures_tx_and_the_peer():
   peers = suite.torch_available()
   spec = dict(cases.QUICK[1].spec)
   case = cases.Case('gpt_6l', spec, kinds=('train', 'decode'), decode_batches=(1,))
-  doc = suite.run([case], peers=peers, ceiling_n=256, gemms=cases.QUICK_GEMMS,
-                  say=lambda m: None)
+  doc = suite.run([case], peers=peers, ceiling_n=256, say=lambda m: None)
   got = doc['cases']['gpt_6l']
   assert 'error' not in got, got
   assert got['tx_train']['tokens_per_s'] > 0 and got['tx_train']['peak_rss_bytes'] > 1e7
@@ -71,7 +71,7 @@ def test_side_by_side_run_measures_tx_and_the_peer():
   sides = ('tx', 'peer') if peers else ('tx',)
   for side in sides:  # each of the step's products timed alone, per dtype
     rates = doc['gemms'][side]
-    assert list(rates) == [g[0] for g in cases.QUICK_GEMMS], rates
+    assert list(rates) == [f'gpt_6l: {g[0]}' for g in cases.step_gemms(spec)], rates
     assert all(r[d] > 0 for r in rates.values() for d in ('float32', 'bfloat16'))
   if peers:
     assert got['peer_decode_b1']['generated_tokens'] == spec['new']
@@ -139,18 +139,25 @@ def test_bf16_rows_targets_and_the_ceiling_arithmetic():
 
 def test_the_steps_own_gemms_bound_the_1_5x_target():
   doc = _bf16_doc({'avx512_bf16': True})
-  # 2 layers x 1 product of 2·1000·1000·20000 = 80 GFLOP of the step's 100
-  doc['step_gemms'] = {'layers': 2, 'products': [['ffn in, forward', 1000, 1000, 20000, 1]]}
-  doc['gemms'] = {'tx': {'ffn in, forward': {'float32': 40e9, 'bfloat16': 20e9}}}
+  # one product of 2·1000·1000·20000 = 40 GFLOP twice a step: 80 GFLOP of the step's 100
+  doc['step_gemms'] = {'gpt_6l': [['ffn in, forward', 1000, 1000, 20000, 2]]}
+  doc['gemms'] = {'tx': {'gpt_6l: ffn in, forward': {'float32': 40e9, 'bfloat16': 20e9}}}
   f32, bf16 = report.ceiling_arithmetic(doc)[1::2]
   # float32: 80 / 40 = 2 s of GEMMs, the other 20 GFLOP at the 100 GFLOP/s ceiling 0.2 s;
   # the peer's 4 s step / 1.5 = 2.67 s allowed, so 0.47 s are left for the rest
-  assert '2.00 s' in f32 and '0.20 s' in f32 and '2.20 s of the 2.67 s' in f32
-  assert 'leaving 0.47 s' in f32
+  assert '2.00 s' in f32 and '200.0 ms' in f32 and '2.20 s of the 2.67 s' in f32
+  assert 'leaving 466.7 ms' in f32
   # bf16: 80 / 20 = 4 s, more than the 2.5 / 1.5 = 1.67 s allowed
   assert '4.40 s of the 1.67 s' in bf16 and 'ruled out by the kernels' in bf16
-  del doc['gemms']['tx']['ffn in, forward']['bfloat16']  # a product not timed: no bound
+  del doc['gemms']['tx']['gpt_6l: ffn in, forward']['bfloat16']  # not timed: no bound
   assert len(report.ceiling_arithmetic(doc)) == 3
+
+
+def test_small_products_are_timed_over_many_calls():
+  """A sample lasts ~20 ms: one call of an n^3 ceiling, many of a product whose single call
+  would time mostly its dispatch (both frameworks' GEMM rates use this)."""
+  assert calls_per_sample(0.1) == 1 and calls_per_sample(1e-4) == 200
+  assert calls_per_sample(0.0) == 1000
 
 
 def test_step_gemms_are_reported_side_by_side():
@@ -159,7 +166,7 @@ def test_step_gemms_are_reported_side_by_side():
                   'peer': {'ffn in, forward': {'float32': 200e9, 'bfloat16': 400e9}}}
   assert report.gemm_lines(doc) == [
       'ffn in, forward: float32 180 / 200 (0.90x), bfloat16 320 / 400 (0.80x)']
-  assert 'GEMMs of the 6-layer step timed alone' in report.table(doc)
+  assert 'GEMMs of the training steps timed alone' in report.table(doc)
   del doc['gemms']['peer']  # --no-peers: XLA's rates alone
   assert report.gemm_lines(doc) == ['ffn in, forward: float32 180, bfloat16 320']
 

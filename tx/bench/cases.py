@@ -85,27 +85,31 @@ SUITE = (
          note='for contrast: 24 layers unrolled'),
 )
 
-# The dense products of gpt_6l's training step (M = batch 64 x context 256 = 16,384 rows;
-# d 384, d_ff 1536), timed alone in both frameworks next to the n^3 ceiling: the forward
-# products, the input gradients (g · wᵀ: the right operand contracted on its last
-# dimension) and the weight gradients (xᵀ · g, as tx computes them: on a transposed copy).
-# The last field counts each product per layer of a step, so the report can add up the
-# step's GEMM time: the ffn weight-gradient rate stands for both ffn layers', the
-# attention projection's forward rate for q, k, v and out's forward, input- and
-# weight-gradient products (4 x 3). The tied 65-way head is left out (0.3 % of the FLOPs).
-# (label, m, k, n, right operand transposed, per layer)
-STEP_GEMMS = (
-    ('ffn in, forward', 16384, 384, 1536, False, 1),
-    ('ffn out, forward', 16384, 1536, 384, False, 1),
-    ('ffn in, input gradient', 16384, 1536, 384, True, 1),
-    ('ffn out, input gradient', 16384, 384, 1536, True, 1),
-    ('ffn, weight gradient', 384, 16384, 1536, False, 2),
-    ('attention projection', 16384, 384, 384, False, 12),
-)
-STEP_GEMM_LAYERS = 6  # gpt_6l's
-QUICK_GEMMS = (('ffn in, forward', 256, 32, 128, False, 1),
-               ('ffn in, input gradient', 256, 128, 32, True, 1))
-QUICK_GEMM_LAYERS = 2
+def step_gemms(spec: dict) -> tuple:
+  """The dense products of a decoder case's training step, to time alone in both frameworks
+  next to the n^3 ceiling: (label, m, k, n, right operand transposed, times per step).
+
+  M = batch x context rows. The forward products, the input gradients (g · wᵀ: the right
+  operand contracted on its last dimension) and the weight gradients (xᵀ · g, as tx
+  computes them: on a transposed copy); the ffn weight-gradient rate stands for both ffn
+  layers', the attention projection's forward rate for q, k, v and out's forward, input-
+  and weight-gradient products (4 x 3). The tied 65-way head is left out (0.3-1 % of the
+  FLOPs), and so are attention's own products (the report bounds them by the ceiling)."""
+  m, d, f, layers = spec['batch'] * spec['ctx'], spec['d_model'], spec['d_ff'], spec['layers']
+  return (('ffn in, forward', m, d, f, False, layers),
+          ('ffn out, forward', m, f, d, False, layers),
+          ('ffn in, input gradient', m, f, d, True, layers),
+          ('ffn out, input gradient', m, d, f, True, layers),
+          ('ffn, weight gradient', d, m, f, False, 2 * layers),
+          ('attention projection', m, d, d, False, 12 * layers))
+
+
+def gemm_cases(cases) -> dict:
+  """{float32 case name: step_gemms} for the decoder cases trained against a peer (a bf16
+  case under the name of its float32 case: the same shapes)."""
+  return {c.spec.get('float32_case') or c.name: step_gemms(c.spec) for c in cases
+          if c.spec.get('family') == 'decoder' and 'train' in c.kinds and c.peer}
+
 
 _TINY = dict(steps=2, warmup=1)
 QUICK = (

@@ -108,56 +108,64 @@ def targets(doc: dict) -> list[dict]:
 
 
 def ceiling_arithmetic(doc: dict) -> list[str]:
-  """Per dtype, whether 1.5x the peer's training speed fits under XLA's GEMM ceiling: the
-  peer's FLOP rate on the 6-layer model (tx's FLOP count), times 1.5, as a fraction of XLA's
-  matmul ceiling. Above 100 %, the ceilings rule 1.5x out on this host. Where the step's
-  own products were timed (`step_gemms`), a second line, the finer bound: their time at
-  XLA's rates plus the attention products' at the ceiling, against the step time 1.5x
-  the peer allows, and how much faster the rest of the step would then have to run."""
+  """Per training case with a peer (the baby and 6-layer decoders, and the 6-layer one in
+  bf16), whether 1.5x the peer's speed fits under XLA's GEMM ceiling: the peer's FLOP rate
+  (tx's FLOP count) times 1.5, as a fraction of XLA's n^3 matmul ceiling; above 100 % the
+  ceilings rule 1.5x out on this host. Where the step's own products were timed
+  (`step_gemms`), a second line, the finer bound: their time at XLA's rates plus the
+  attention products' at the ceiling, against the step time 1.5x the peer allows, and how
+  much faster the rest of the step would then have to run."""
   peer_ceiling = doc.get('peer_ceiling')
   if not peer_ceiling:
     return []
   lines = []
-  for dtype, case in (('float32', 'gpt_6l'), ('bfloat16', 'gpt_6l_bf16')):
+  for case in ('gpt_baby', 'gpt_6l', 'gpt_6l_bf16'):
     c = doc['cases'].get(case, {})
     txt, peer = c.get('tx_train'), c.get('peer_train')
     if not (txt and peer):
       continue
+    dtype = c.get('spec', {}).get('dtype', 'float32')
     peer_rate = txt['flops_per_step'] / peer['step_time_s']
     need = 1.5 * peer_rate / doc['ceiling'][dtype]
     verdict = 'under the ceiling' if need <= 1.0 else 'ruled out by the ceilings'
     lines.append(
-        f'{dtype}: GEMM ceilings XLA {doc["ceiling"][dtype] / 1e9:.0f} / torch '
-        f'{peer_ceiling[dtype] / 1e9:.0f} GFLOP/s; the peer trains {case} at '
+        f'{case} ({dtype}): GEMM ceilings XLA {doc["ceiling"][dtype] / 1e9:.0f} / torch '
+        f'{peer_ceiling[dtype] / 1e9:.0f} GFLOP/s; the peer trains at '
         f'{peer_rate / 1e9:.0f} GFLOP/s, so 1.5x needs {need:.0%} of XLA\'s ceiling: {verdict}')
-    gemm = step_gemm_seconds(doc, dtype)
+    gemm = step_gemm_seconds(doc, c.get('spec', {}).get('float32_case') or case, dtype)
     if gemm is not None:
       dense_s, dense_flops = gemm
       # the rest of the model FLOPs (attention's products) at no better than the n^3 ceiling
       kernels = dense_s + max(txt['flops_per_step'] - dense_flops, 0) / doc['ceiling'][dtype]
       allowed = peer['step_time_s'] / 1.5
       rest, rest_now = allowed - kernels, txt['step_time_s'] - kernels
-      then = (f'leaving {rest:.2f} s for the rest of the step (softmax, norms, optimizer), '
-              f'which takes {rest_now:.2f} s now: {rest_now / rest:.1f}x faster needed'
+      then = (f'leaving {_secs(rest)} for the rest of the step (softmax, norms, optimizer), '
+              f'which takes {_secs(rest_now)} now: {rest_now / rest:.1f}x faster needed'
               if rest > 0 else 'ruled out by the kernels')
-      lines.append(f'{dtype}: the step\'s own GEMMs at XLA\'s rates take {dense_s:.2f} s and '
-                   f'its attention products at least {kernels - dense_s:.2f} s: {kernels:.2f} s '
-                   f'of the {allowed:.2f} s a step may take at 1.5x the peer, {then}')
+      lines.append(f'{case} ({dtype}): the step\'s own GEMMs at XLA\'s rates take '
+                   f'{_secs(dense_s)} and its attention products at least '
+                   f'{_secs(kernels - dense_s)}: {_secs(kernels)} of the {_secs(allowed)} a '
+                   f'step may take at 1.5x the peer, {then}')
   return lines
 
 
-def step_gemm_seconds(doc: dict, dtype: str):
-  """(seconds, FLOPs) of the 6-layer step's dense products at XLA's measured rates (each
-  product counted per layer as `step_gemms` lists it), or None where not all were timed."""
-  step, rates = doc.get('step_gemms'), doc.get('gemms', {}).get('tx', {})
-  if not step:
+def _secs(s: float) -> str:
+  return f'{s:.2f} s' if abs(s) >= 1 else f'{s * 1e3:.1f} ms'
+
+
+def step_gemm_seconds(doc: dict, case: str, dtype: str):
+  """(seconds, FLOPs) of `case`'s training-step products at XLA's measured rates (as
+  `step_gemms` lists them), or None where not all of them were timed."""
+  products = doc.get('step_gemms', {}).get(case)
+  rates = doc.get('gemms', {}).get('tx', {})
+  if not products:
     return None
   seconds = flops = 0.0
-  for label, m, k, n, count in step['products']:
-    rate = rates.get(label, {}).get(dtype)
+  for label, m, k, n, count in products:
+    rate = rates.get(f'{case}: {label}', {}).get(dtype)
     if not rate:
       return None
-    product = step['layers'] * count * 2 * m * k * n
+    product = count * 2 * m * k * n
     seconds, flops = seconds + product / rate, flops + product
   return seconds, flops
 
@@ -208,7 +216,7 @@ def table(doc: dict) -> str:
       lines.append(f'{name:<22} FAILED: {case["error"]}')
   gemms = gemm_lines(doc)
   if gemms:
-    lines += ['', 'GEMMs of the 6-layer step timed alone, GFLOP/s (XLA / torch):'] + [
+    lines += ['', 'GEMMs of the training steps timed alone, GFLOP/s (XLA / torch):'] + [
         f'  {g}' for g in gemms]
   arithmetic = ceiling_arithmetic(doc)
   if arithmetic:

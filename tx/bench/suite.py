@@ -83,15 +83,17 @@ def _measure_case(case, *, peers: bool, threads: int, say) -> dict:
   return out
 
 
-def run(cases, *, peers: bool = True, threads: int = 2, say=print, ceiling_n: int = 2048,
-        gemms=cases_lib.STEP_GEMMS, gemm_layers: int = cases_lib.STEP_GEMM_LAYERS) -> dict:
+def run(cases, *, peers: bool = True, threads: int = 2, say=print, ceiling_n: int = 2048) -> dict:
   """Measures every case; returns the JSON document (machine with its host, ceilings, cases,
-  targets, `gemms`: each of the step's products timed alone by XLA and by torch, and
-  `step_gemms`: how often a step of `gemm_layers` layers runs each)."""
+  targets, `gemms`: the decoder training steps' products timed alone by XLA and by torch,
+  labelled 'case: product', and `step_gemms`: {case: [[product, m, k, n, times per step]]})."""
   start = time.time()
   info = machine(threads)
   say(host.summary(info['host']))
   ceiling_spec = {'n': ceiling_n, 'repeats': 10}
+  step_gemms = cases_lib.gemm_cases(cases)
+  gemms = [[f'{case}: {label}', m, k, n, t] for case, products in step_gemms.items()
+           for label, m, k, n, t, _ in products]
   ceilings = [run_isolated(f'{TX}:ceiling', dict(ceiling_spec, gemms=gemms), threads=threads)]
   gemm_rates = {'tx': ceilings[0].pop('gemms', {})}
   say(f'matmul ceiling: {ceilings[0]["float32_flops"] / 1e9:.1f} GFLOP/s float32, '
@@ -114,8 +116,8 @@ def run(cases, *, peers: bool = True, threads: int = 2, say=print, ceiling_n: in
     say(f'torch matmul ceiling: {peer["float32_flops"] / 1e9:.1f} GFLOP/s float32, '
         f'{peer["bfloat16_flops"] / 1e9:.1f} bf16')
   doc['gemms'] = gemm_rates
-  doc['step_gemms'] = {'layers': gemm_layers,
-                       'products': [[label, m, k, n, count] for label, m, k, n, _, count in gemms]}
+  doc['step_gemms'] = {case: [[label, m, k, n, count] for label, m, k, n, _, count in products]
+                       for case, products in step_gemms.items()}
   doc['rows'] = report.rows(doc)
   doc['targets'] = report.targets(doc)
   return doc
@@ -155,9 +157,7 @@ def cli(args) -> int:
     raise UserError(f'--threads must be >= 1, got {args.threads}')
   say = (lambda *a, **k: None) if args.quiet else (lambda m: print(m, file=sys.stderr, flush=True))
   doc = run(chosen, peers=peers, threads=args.threads, say=say,
-            ceiling_n=512 if args.quick else 2048,
-            gemms=cases_lib.QUICK_GEMMS if args.quick else cases_lib.STEP_GEMMS,
-            gemm_layers=cases_lib.QUICK_GEMM_LAYERS if args.quick else cases_lib.STEP_GEMM_LAYERS)
+            ceiling_n=512 if args.quick else 2048)
   print(report.table(doc))
   with open(args.json, 'w', encoding='utf-8') as f:
     json.dump(doc, f, indent=1)

@@ -228,7 +228,7 @@ def decode(spec: dict) -> dict:
 def ceiling(spec: dict) -> dict:
   """Achieved FLOP/s of a jitted n^3 matmul per dtype (inputs in the dtype, float32
   accumulation): the median of `repeats` timed calls, and the best. With spec['gemms']
-  (tx/bench/cases.py STEP_GEMMS), also each listed product's median FLOP/s per dtype under
+  (tx/bench/cases.py step_gemms), also each listed product's median FLOP/s per dtype under
   'gemms'."""
   out = {}
   dtypes = spec.get('dtypes', ('float32', 'bfloat16'))

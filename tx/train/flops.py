@@ -32,6 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from tx.config.model import ModelConfig
+from tx.timing import calls_per_sample
 from tx.models.build import build_model, dummy_inputs
 
 log = logging.getLogger(__name__)
@@ -183,18 +184,24 @@ def matmul_rates(dtype: str = 'float32', n: int = 2048, reps: int = 3) -> list[f
 
 def gemm_rates(dtype: str, m: int, k: int, n: int, *, rhs_transposed: bool = False,
                reps: int = 3) -> list[float]:
-  """FLOP/s of each of `reps` timed calls of a jitted [m, k] · [k, n] product (the right
+  """FLOP/s of each of `reps` timed samples of a jitted [m, k] · [k, n] product (the right
   operand stored [n, k] and contracted on its last dimension when `rhs_transposed`), inputs
-  in `dtype`, float32 accumulation, after one untimed call that compiles it."""
+  in `dtype`, float32 accumulation, after one untimed call that compiles it. A sample runs
+  `calls_per_sample` calls back to back: a small product's own time, not one dispatch's."""
   rng = np.random.default_rng(0)
   a = jnp.asarray(rng.standard_normal((m, k)), dtype)
   b = jnp.asarray(rng.standard_normal((n, k) if rhs_transposed else (k, n)), dtype)
   dims = (((1,), (1,) if rhs_transposed else (0,)), ((), ()))
   f = jax.jit(lambda x, y: jax.lax.dot_general(x, y, dims, preferred_element_type=jnp.float32))
   f(a, b).block_until_ready()
+  t = time.perf_counter()
+  f(a, b).block_until_ready()
+  calls = calls_per_sample(time.perf_counter() - t)
   rates = []
   for _ in range(reps):
     t = time.perf_counter()
-    f(a, b).block_until_ready()
-    rates.append(2 * m * k * n / (time.perf_counter() - t))
+    for _ in range(calls):
+      out = f(a, b)
+    out.block_until_ready()
+    rates.append(2 * m * k * n * calls / (time.perf_counter() - t))
   return rates
