@@ -32,6 +32,7 @@ import logging
 import math
 import os
 import shutil
+import time
 
 import jax
 import numpy as np
@@ -246,11 +247,19 @@ class Checkpointer:
           'command to resume') from None
 
   def _remove_unfinished(self):
-    """Deletes `<step>.orbax-checkpoint-tmp` directories (never listed or restored)."""
+    """Deletes `<step>.orbax-checkpoint-tmp` directories (never listed or restored). A failed
+    async save's other writer threads may still be finishing files into one when its error
+    arrives (then one rmtree leaves it behind), so this repeats until a look finds none, for
+    up to ~5 s."""
     if jax.process_index() != 0 or '://' in os.fspath(self.directory):
       return
-    for tmp in self.directory.glob('*.orbax-checkpoint-tmp*'):
-      shutil.rmtree(os.fspath(tmp), ignore_errors=True)
+    for _ in range(50):
+      leftovers = list(self.directory.glob('*.orbax-checkpoint-tmp*'))
+      if not leftovers:
+        return
+      for tmp in leftovers:
+        shutil.rmtree(os.fspath(tmp), ignore_errors=True)
+      time.sleep(0.1)
 
   def _unreadable_metrics(self, step, error):
     log.warning('checkpoint step %d in %s: unreadable metrics (%s); the step is not ranked',
