@@ -54,6 +54,24 @@ def test_report_flags_a_slower_tx():
   assert met['train peak memory <= 0.6x peer (6L)'] is False
 
 
+def test_the_encoder_is_held_to_the_float32_floor_and_gets_the_arithmetic():
+  doc = _doc(tx_tokens=2000.0, peer_tokens=1000.0, tx_rss=3e9, peer_rss=10e9)
+  train = lambda tokens, s: {'tokens_per_s': tokens, 'step_time_s': s, 'peak_rss_bytes': 1e9,
+                             'flops_per_step': 100e9, 'compile_s': 1.0, 'first_step_s': 1.0}
+  doc['cases']['bert_6l'] = {'spec': {'family': 'encoder'}, 'tx_train': train(900.0, 2.0),
+                             'peer_train': train(1000.0, 1.8)}
+  doc['peer_ceiling'] = {'float32': 120e9, 'bfloat16': 60e9}
+  doc['rows'] = report.rows(doc)
+  met = {t['target']: t['met'] for t in report.targets(doc)}
+  assert met['encoder train tokens/s >= 1.0x peer (6L, float32)'] is False  # 0.9x
+  lines = [l for l in report.ceiling_arithmetic(doc) if l.startswith('bert_6l')]
+  # the peer: 100 GFLOP in 1.8 s = 55.6 GFLOP/s; 1.5x = 83 of XLA's 100 -> 83 %
+  assert len(lines) == 1 and '83%' in lines[0] and 'under the ceiling' in lines[0]
+  # the suite times the 6-layer encoder's own products too
+  assert [g[0] for g in cases.gemm_cases(cases.SUITE)['bert_6l']] == [
+      g[0] for g in cases.step_gemms(dict(cases.SUITE[0].spec))]
+
+
 def test_side_by_side_run_measures_tx_and_the_peer():
   """One tiny case through the real machinery: separate processes, ceilings, peer, ratios."""
   peers = suite.torch_available()

@@ -86,15 +86,16 @@ SUITE = (
 )
 
 def step_gemms(spec: dict) -> tuple:
-  """The dense products of a decoder case's training step, to time alone in both frameworks
+  """The dense products of a decoder or encoder case's training step, to time alone in both frameworks
   next to the n^3 ceiling: (label, m, k, n, right operand transposed, times per step).
 
   M = batch x context rows. The forward products, the input gradients (g · wᵀ: the right
   operand contracted on its last dimension) and the weight gradients (xᵀ · g, as tx
   computes them: on a transposed copy); the ffn weight-gradient rate stands for both ffn
   layers', the attention projection's forward rate for q, k, v and out's forward, input-
-  and weight-gradient products (4 x 3). The tied 65-way head is left out (0.3-1 % of the
-  FLOPs), and so are attention's own products (the report bounds them by the ceiling)."""
+  and weight-gradient products (4 x 3). The tied head (and BERT's d x d head transform) is
+  left out (0.3-3 % of the FLOPs), and so are attention's own products: the report bounds
+  them by the ceiling."""
   m, d, f, layers = spec['batch'] * spec['ctx'], spec['d_model'], spec['d_ff'], spec['layers']
   return (('ffn in, forward', m, d, f, False, layers),
           ('ffn out, forward', m, f, d, False, layers),
@@ -105,10 +106,10 @@ def step_gemms(spec: dict) -> tuple:
 
 
 def gemm_cases(cases) -> dict:
-  """{float32 case name: step_gemms} for the decoder cases trained against a peer (a bf16
-  case under the name of its float32 case: the same shapes)."""
+  """{float32 case name: step_gemms} for the decoder and encoder cases trained against a
+  peer (a bf16 case under the name of its float32 case: the same shapes)."""
   return {c.spec.get('float32_case') or c.name: step_gemms(c.spec) for c in cases
-          if c.spec.get('family') == 'decoder' and 'train' in c.kinds and c.peer}
+          if c.spec.get('family') in ('decoder', 'encoder') and 'train' in c.kinds and c.peer}
 
 
 _TINY = dict(steps=2, warmup=1)
