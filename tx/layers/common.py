@@ -9,13 +9,14 @@ import jax
 import jax.numpy as jnp
 
 from tx.config.choices import DTYPES, FFN_ACTIVATIONS  # noqa: F401 (re-exported)
+from tx.ops.activations import gelu_exact
 from tx.ops.matmul import dense, dense_dot_general
 
 # The elementwise functions that tx.config.choices.FFN_ACTIVATIONS (and model.mlm_activation)
 # name; that table says which FFN activation uses which, and whether it is gated.
 ACTIVATIONS = {
     'relu': nn.relu,
-    'gelu': functools.partial(nn.gelu, approximate=False),
+    'gelu': gelu_exact,
     'gelu_tanh': functools.partial(nn.gelu, approximate=True),
     'silu': nn.silu,
 }

@@ -3,6 +3,7 @@
 No Flax here: any JAX project can `from tx.ops import dot_product_attention`.
 """
 
+from tx.ops.activations import gelu_exact
 from tx.ops.attention import dot_product_attention
 from tx.ops.attention_stats import max_attention_logit
 from tx.ops.matmul import dense, dense_dot_general
@@ -44,6 +45,7 @@ __all__ = [
     'dense',
     'dense_dot_general',
     'dot_product_attention',
+    'gelu_exact',
     'key_padding_mask',
     'mask_to_bias',
     'padding_mask',
