@@ -91,6 +91,10 @@ def test_side_by_side_run_measures_tx_and_the_peer():
     rates = doc['gemms'][side]
     assert list(rates) == [f'gpt_6l: {g[0]}' for g in cases.step_gemms(spec)], rates
     assert all(r[d] > 0 for r in rates.values() for d in ('float32', 'bfloat16'))
+    times = doc['attention'][side]  # and its self-attention, forward + backward
+    assert list(times) == ['gpt_6l'] and all(times['gpt_6l'][d] > 0 for d in ('float32',
+                                                                              'bfloat16'))
+  assert doc['step_attention']['gpt_6l'] == list(cases.step_attention(spec))
   if peers:
     assert got['peer_decode_b1']['generated_tokens'] == spec['new']
     assert by['gpt_6l', 'train tokens/s']['ratio'] > 0
@@ -169,6 +173,21 @@ def test_the_steps_own_gemms_bound_the_1_5x_target():
   assert '4.40 s of the 1.67 s' in bf16 and 'ruled out by the kernels' in bf16
   del doc['gemms']['tx']['gpt_6l: ffn in, forward']['bfloat16']  # not timed: no bound
   assert len(report.ceiling_arithmetic(doc)) == 3
+
+
+def test_attention_timed_alone_is_set_against_the_step_gap():
+  doc = _bf16_doc({'avx512_bf16': True})  # float32 steps: tx 2 s, the peer 4 s
+  doc['step_attention'] = {'gpt_6l': [4, 16, 2, 8, True, 6]}
+  doc['attention'] = {'tx': {'gpt_6l': {'float32': 0.05, 'bfloat16': 0.04}},
+                      'peer': {'gpt_6l': {'float32': 0.02}}}
+  doc['cases']['gpt_6l']['tx_train']['step_time_s'] = 4.5  # tx now 0.5 s slower
+  lines = [l for l in report.ceiling_arithmetic(doc) if 'self-attention' in l]
+  # 6 layers x 50 ms = 300 ms against 6 x 20 = 120 ms: 180 ms of the 500 ms gap
+  assert len(lines) == 1 and '300.0 ms in tx against 120.0 ms' in lines[0], lines
+  assert '180.0 ms of the 500.0 ms by which tx\'s step is slower' in lines[0]
+  table = report.attention_lines(doc)  # bf16 has no peer time: tx's alone
+  assert table == ['gpt_6l: float32 50.0 / 20.0 (2.50x the time), bfloat16 40.0']
+  assert 'Self-attention of one layer' in report.table(doc)
 
 
 def test_small_products_are_timed_over_many_calls():

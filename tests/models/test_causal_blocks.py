@@ -33,8 +33,8 @@ def test_causal_blocks_equal_one_block(tm, family, position):
 
 
 def test_causal_blocks_by_length_and_validation():
-  from tx.layers.attention import _causal_blocks  # pylint: disable=g-import-not-at-top
-  assert [_causal_blocks(0, n) for n in (6, 64, 128, 256, 2048)] == [1, 1, 2, 4, 4]
-  assert _causal_blocks(3, 6) == 3
+  from tx.layers.attention import causal_block_count  # pylint: disable=g-import-not-at-top
+  assert [causal_block_count(0, n) for n in (6, 64, 128, 256, 2048)] == [1, 1, 2, 4, 4]
+  assert causal_block_count(3, 6) == 3
   with pytest.raises(tx.ConfigError, match='attention_causal_blocks'):
     tx.ModelConfig(attention_causal_blocks=-1)

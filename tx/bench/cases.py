@@ -107,11 +107,28 @@ def step_gemms(spec: dict) -> tuple:
           ('attention projection', m, d, d, False, 12 * layers))
 
 
-def gemm_cases(cases) -> dict:
-  """{float32 case name: step_gemms} for the decoder and encoder cases trained against a
+def step_attention(spec: dict) -> tuple:
+  """A decoder or encoder case's self-attention, to time alone (forward and backward) in both
+  frameworks: (batch, length, heads, head_dim, causal, layers)."""
+  return (spec['batch'], spec['ctx'], spec['heads'], spec['d_model'] // spec['heads'],
+          spec['family'] == 'decoder', spec['layers'])
+
+
+def _timed_alone(cases, shapes) -> dict:
+  """{float32 case name: shapes(spec)} for the decoder and encoder cases trained against a
   peer (a bf16 case under the name of its float32 case: the same shapes)."""
-  return {c.spec.get('float32_case') or c.name: step_gemms(c.spec) for c in cases
+  return {c.spec.get('float32_case') or c.name: shapes(c.spec) for c in cases
           if c.spec.get('family') in ('decoder', 'encoder') and 'train' in c.kinds and c.peer}
+
+
+def gemm_cases(cases) -> dict:
+  """{case: step_gemms} of the cases whose step is timed part by part (`_timed_alone`)."""
+  return _timed_alone(cases, step_gemms)
+
+
+def attention_cases(cases) -> dict:
+  """{case: step_attention} of the same cases."""
+  return _timed_alone(cases, step_attention)
 
 
 _TINY = dict(steps=2, warmup=1)

@@ -147,6 +147,42 @@ def ceiling_arithmetic(doc: dict) -> list[str]:
                    f'{_secs(dense_s)} and its attention products at least '
                    f'{_secs(kernels - dense_s)}: {_secs(kernels)} of the {_secs(allowed)} a '
                    f'step may take at 1.5x the peer, {then}')
+    attention = step_attention_seconds(doc, c.get('spec', {}).get('float32_case') or case,
+                                       dtype)
+    if attention is not None:
+      ours, theirs = attention
+      gap = txt['step_time_s'] - peer['step_time_s']
+      share = (f'{_secs(ours - theirs)} of the {_secs(gap)} by which tx\'s step is slower'
+               if gap > 0 else f'tx\'s step is {_secs(-gap)} faster')
+      lines.append(f'{case} ({dtype}): its self-attention alone, forward and backward of '
+                   f'every layer: {_secs(ours)} in tx against {_secs(theirs)} in torch '
+                   f'(scaled_dot_product_attention): {share}')
+  return lines
+
+
+def step_attention_seconds(doc: dict, case: str, dtype: str):
+  """(tx, torch) seconds of `case`'s self-attention forward and backward, timed alone per
+  layer, times its layers; None where either side was not timed."""
+  shape = doc.get('step_attention', {}).get(case)
+  sides = doc.get('attention', {})
+  per_layer = [sides.get(side, {}).get(case, {}).get(dtype) for side in ('tx', 'peer')]
+  if not shape or None in per_layer:
+    return None
+  return tuple(s * shape[-1] for s in per_layer)
+
+
+def attention_lines(doc: dict) -> list[str]:
+  """One line per case whose self-attention was timed alone: milliseconds of one layer's
+  forward and backward per dtype, tx / torch, and tx's time over torch's."""
+  ours, theirs = doc.get('attention', {}).get('tx', {}), doc.get('attention', {}).get('peer', {})
+  lines = []
+  for case, times in ours.items():
+    parts = []
+    for dtype, secs in times.items():
+      peer = theirs.get(case, {}).get(dtype)
+      parts.append(f'{dtype} {secs * 1e3:.1f}' + (
+          f' / {peer * 1e3:.1f} ({secs / peer:.2f}x the time)' if peer else ''))
+    lines.append(f'{case}: ' + ', '.join(parts))
   return lines
 
 
@@ -219,6 +255,10 @@ def table(doc: dict) -> str:
   if gemms:
     lines += ['', 'GEMMs of the training steps timed alone, GFLOP/s (XLA / torch):'] + [
         f'  {g}' for g in gemms]
+  attention = attention_lines(doc)
+  if attention:
+    lines += ['', 'Self-attention of one layer, forward + backward timed alone, ms (tx\'s XLA '
+              'path / torch\'s scaled_dot_product_attention):'] + [f'  {a}' for a in attention]
   arithmetic = ceiling_arithmetic(doc)
   if arithmetic:
     lines += ['', 'GEMM ceilings and the 1.5x target:'] + [f'  {a}' for a in arithmetic]

@@ -85,17 +85,23 @@ def _measure_case(case, *, peers: bool, threads: int, say) -> dict:
 
 def run(cases, *, peers: bool = True, threads: int = 2, say=print, ceiling_n: int = 2048) -> dict:
   """Measures every case; returns the JSON document (machine with its host, ceilings, cases,
-  targets, `gemms`: the decoder training steps' products timed alone by XLA and by torch,
-  labelled 'case: product', and `step_gemms`: {case: [[product, m, k, n, times per step]]})."""
+  targets, `gemms`: the decoder and encoder training steps' products timed alone by XLA and
+  by torch, labelled 'case: product', `step_gemms`: {case: [[product, m, k, n, times per
+  step]]}, `attention`: {side: {case: {dtype: seconds}}} of one self-attention's forward and
+  backward timed alone, and `step_attention`: {case: [batch, length, heads, head_dim,
+  causal, layers]})."""
   start = time.time()
   info = machine(threads)
   say(host.summary(info['host']))
   ceiling_spec = {'n': ceiling_n, 'repeats': 10}
   step_gemms = cases_lib.gemm_cases(cases)
-  gemms = [[f'{case}: {label}', m, k, n, t] for case, products in step_gemms.items()
-           for label, m, k, n, t, _ in products]
-  ceilings = [run_isolated(f'{TX}:ceiling', dict(ceiling_spec, gemms=gemms), threads=threads)]
+  step_attention = cases_lib.attention_cases(cases)
+  parts = {'gemms': [[f'{case}: {label}', m, k, n, t] for case, products in step_gemms.items()
+                     for label, m, k, n, t, _ in products],
+           'attention': [[case, *shape] for case, shape in step_attention.items()]}
+  ceilings = [run_isolated(f'{TX}:ceiling', dict(ceiling_spec, **parts), threads=threads)]
   gemm_rates = {'tx': ceilings[0].pop('gemms', {})}
+  attention = {'tx': ceilings[0].pop('attention', {})}
   say(f'matmul ceiling: {ceilings[0]["float32_flops"] / 1e9:.1f} GFLOP/s float32, '
       f'{ceilings[0]["bfloat16_flops"] / 1e9:.1f} bf16')
   results = {}
@@ -110,14 +116,17 @@ def run(cases, *, peers: bool = True, threads: int = 2, say=print, ceiling_n: in
   doc = {'machine': info, 'ceilings': ceilings, 'ceiling': ceiling,
          'cases': results, 'wall_s': time.time() - start}
   if peers and any(c.peer for c in cases):
-    peer = run_isolated(f'{PEERS}:ceiling', dict(ceiling_spec, gemms=gemms), threads=threads)
+    peer = run_isolated(f'{PEERS}:ceiling', dict(ceiling_spec, **parts), threads=threads)
     doc['peer_ceiling'] = {d: peer[f'{d}_flops'] for d in ('float32', 'bfloat16')}
     gemm_rates['peer'] = peer.get('gemms', {})
+    attention['peer'] = peer.get('attention', {})
     say(f'torch matmul ceiling: {peer["float32_flops"] / 1e9:.1f} GFLOP/s float32, '
         f'{peer["bfloat16_flops"] / 1e9:.1f} bf16')
   doc['gemms'] = gemm_rates
   doc['step_gemms'] = {case: [[label, m, k, n, count] for label, m, k, n, _, count in products]
                        for case, products in step_gemms.items()}
+  doc['attention'] = attention
+  doc['step_attention'] = {case: list(shape) for case, shape in step_attention.items()}
   doc['rows'] = report.rows(doc)
   doc['targets'] = report.targets(doc)
   return doc

@@ -267,7 +267,8 @@ def seq2seq_decode(spec):
 def ceiling(spec):
   """torch's n^3 matmul FLOP/s per dtype (float32, bfloat16): the median of `repeats` timed
   calls after one untimed one, and the best; the peer side of the GEMM-ceiling arithmetic.
-  With spec['gemms'], each listed product's median too (as tx_side.ceiling)."""
+  With spec['gemms'], each listed product's median too, and with spec['attention'] each
+  listed self-attention's forward and backward seconds (as tx_side.ceiling)."""
   torch = _torch(spec)
   n, out = spec.get('n', 2048), {}
   dtypes = (('float32', torch.float32), ('bfloat16', torch.bfloat16))
@@ -285,7 +286,37 @@ def ceiling(spec):
         b = torch.randn(n_, k).to(dtype).t() if transposed else torch.randn(k, n_).to(dtype)
         out['gemms'][label][name] = statistics.median(
             _mm_rates(torch, a, b, spec.get('gemm_repeats', 5)))
+  if spec.get('attention'):
+    out['attention'] = {label: {name: statistics.median(_sdpa_seconds(
+        torch, dtype, *shape[:5], spec.get('gemm_repeats', 5))) for name, dtype in dtypes}
+                        for label, *shape in spec['attention']}
   return out
+
+
+def _sdpa_seconds(torch, dtype, batch, length, heads, head_dim, causal, reps):
+  """Seconds of `reps` timed samples of scaled_dot_product_attention's forward and backward
+  (q, k, v [batch, heads, length, head_dim] in `dtype`; is_causal for a decoder, no mask for
+  an encoder, as the peers call it), each sample as many calls as tx's side runs."""
+  from tx.timing import calls_per_sample  # pylint: disable=g-import-not-at-top
+  q, k, v = (torch.randn(batch, heads, length, head_dim).to(dtype).requires_grad_()
+             for _ in range(3))
+  cot = torch.randn(batch, heads, length, head_dim).to(dtype)
+
+  def one():
+    out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    out.backward(cot)
+
+  one()
+  t0 = time.perf_counter()
+  one()
+  calls = calls_per_sample(time.perf_counter() - t0)
+  seconds = []
+  for _ in range(reps):
+    t0 = time.perf_counter()
+    for _ in range(calls):
+      one()
+    seconds.append((time.perf_counter() - t0) / calls)
+  return seconds
 
 
 def _mm_rates(torch, a, b, reps):

@@ -27,17 +27,20 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from tx import ops
 from tx.config import DataConfig, ModelConfig
 from tx.config.experiment import ExperimentConfig
 from tx.config.optim import OptimConfig
 from tx.config.train import TaskConfig
 from tx.decode.generate import generate_lm, generate_seq2seq
+from tx.layers.attention import causal_block_count
 from tx.models.build import build_model
 from tx.tasks.objectives import make_task
 from tx.train.flops import flops_per_step, gemm_rates, matmul_rates
 from tx.train.mesh import batch_sharding, logical_rules, make_mesh
 from tx.train.optimizer import make_optimizer
 from tx.train.state import init_state, state_shardings
+from tx.timing import calls_per_sample
 from tx.train.step import jit_train_step, make_train_step
 
 _ARCH = {
@@ -229,7 +232,8 @@ def ceiling(spec: dict) -> dict:
   """Achieved FLOP/s of a jitted n^3 matmul per dtype (inputs in the dtype, float32
   accumulation): the median of `repeats` timed calls, and the best. With spec['gemms']
   (tx/bench/cases.py step_gemms), also each listed product's median FLOP/s per dtype under
-  'gemms'."""
+  'gemms'; with spec['attention'] ([label, *step_attention]), each one's median seconds of
+  a forward and backward (`attention_seconds`) per dtype under 'attention'."""
   out = {}
   dtypes = spec.get('dtypes', ('float32', 'bfloat16'))
   for dtype in dtypes:
@@ -241,4 +245,41 @@ def ceiling(spec: dict) -> dict:
                                                             reps=spec.get('gemm_repeats', 5)))
                             for d in dtypes}
                     for label, m, k, n, t, *_ in spec['gemms']}
+  if spec.get('attention'):
+    out['attention'] = {label: {d: statistics.median(attention_seconds(
+        d, *shape[:5], reps=spec.get('gemm_repeats', 5))) for d in dtypes}
+                        for label, *shape in spec['attention']}
   return out
+
+
+def attention_seconds(dtype: str, batch: int, length: int, heads: int, head_dim: int,
+                      causal: bool, reps: int = 5) -> list[float]:
+  """Seconds of each of `reps` timed samples of one self-attention's forward and backward
+  (gradients of q, k, v [batch, length, heads, head_dim] in `dtype`) as tx's layers run it:
+  the XLA path, the causal mask and the query blocks a causal layer picks by length, or the
+  padding mask an encoder builds (no padding here). A sample runs `calls_per_sample` calls."""
+  rng = np.random.default_rng(0)
+  q, k, v, cot = (jnp.asarray(rng.standard_normal((batch, length, heads, head_dim)), dtype)
+                  for _ in range(4))
+  mask = (ops.causal_mask(length) if causal
+          else ops.key_padding_mask(jnp.ones((batch, length), bool)))
+  blocks = causal_block_count(0, length) if causal else 1
+
+  def loss(q, k, v):
+    out = ops.dot_product_attention(q, k, v, mask=mask, implementation='xla',
+                                    causal_blocks=blocks)
+    return jnp.sum(out.astype(jnp.float32) * cot.astype(jnp.float32))
+
+  f = jax.jit(jax.grad(loss, argnums=(0, 1, 2)))
+  jax.block_until_ready(f(q, k, v))
+  t = time.perf_counter()
+  jax.block_until_ready(f(q, k, v))
+  calls = calls_per_sample(time.perf_counter() - t)
+  seconds = []
+  for _ in range(reps):
+    t = time.perf_counter()
+    for _ in range(calls):
+      out = f(q, k, v)
+    jax.block_until_ready(out)
+    seconds.append((time.perf_counter() - t) / calls)
+  return seconds

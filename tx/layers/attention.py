@@ -153,7 +153,7 @@ class MultiHeadAttention(nn.Module):
       dropout_rng = self.make_rng('dropout')
     blocks = 1
     if is_self and not self.decode:
-      blocks = _causal_blocks(cfg.causal_blocks, q_BLHD.shape[1], cfg.window)
+      blocks = causal_block_count(cfg.causal_blocks, q_BLHD.shape[1], cfg.window)
     result = ops.dot_product_attention(
         q_BLHD, k_BSKD, v_BSKD, mask=mask, bias=bias,
         scale=cfg.score_scale, softcap=cfg.softcap, implementation=cfg.implementation,
@@ -268,7 +268,7 @@ def write_ring(ring, new, index, *, axis: int):
   return ring.at[(slice(None),) * (axis % ring.ndim) + (slots,)].set(new)
 
 
-def _causal_blocks(blocks: int, length: int, window: int = 0) -> int:
+def causal_block_count(blocks: int, length: int, window: int = 0) -> int:
   """0 = by length: blocks of >= 64 queries, at most 4 (measured on CPU: shorter blocks
   cost more dispatch and slicing than their skipped scores save; benchmarks/NOTES.md).
   Under a sliding window each block reads about its own length plus the window, so by
