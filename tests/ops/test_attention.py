@@ -1,6 +1,7 @@
 """tx.ops.dot_product_attention: both paths against each other and against numpy."""
 
 import jax
+import jax.extend
 import jax.numpy as jnp
 import re
 
@@ -306,3 +307,20 @@ def test_xla_backward_equals_autodiff_of_einsum(H, K):
     assert g_xla.shape == g_einsum.shape and g_xla.dtype == g_einsum.dtype
     np.testing.assert_allclose(g_xla, g_einsum, atol=2e-5)
   assert np.all(np.asarray(grads('xla')[0][1, 2, 0]) == 0.0)  # the row that sees nothing
+
+
+def test_the_forward_takes_one_exp_over_the_scores():
+  """The values are weighted by the unnormalised exp and the [B, H, L, D] result divided by
+  the row sums: one exp over the [B, H, L, S] scores, not a second for the weights."""
+  q, k, v = _qkv(4, 4)
+  mask = jnp.ones((B, 1, L, S), bool)
+  jaxpr = jax.make_jaxpr(lambda q, k, v: dot_product_attention(
+      q, k, v, mask=mask, implementation='xla'))(q, k, v)
+
+  def exps(eqns):
+    for e in eqns:
+      if e.primitive.name == 'exp' and e.outvars[0].aval.shape[-1] == S:
+        yield e
+      for sub in jax.extend.core.jaxprs_in_params(e.params):
+        yield from exps(sub.eqns)
+  assert len(list(exps(jaxpr.jaxpr.eqns))) == 1

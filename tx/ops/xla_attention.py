@@ -131,10 +131,17 @@ def _block_forward(q, k, v, mask, bias, scale, mask_value, softcap):
   """One block, heads-first: (out [B, H, l, D] in q's dtype, log-sum-exp [B, H, l, 1])."""
   logits = _bias_and_mask(_scores(q, k, scale, softcap), mask, bias, mask_value)
   top = jnp.max(logits, axis=-1, keepdims=True)
-  lse_BHL1 = top + jnp.log(jnp.sum(jnp.exp(logits - top), axis=-1, keepdims=True))
-  if mask is not None:  # rows that see nothing: exp(logits - inf) = 0, so zeros out
-    lse_BHL1 = jnp.where(jnp.any(mask, axis=-1, keepdims=True), lse_BHL1, jnp.inf)
-  return _weighted_values(jnp.exp(logits - lse_BHL1), v, q.dtype), lse_BHL1
+  # one exp over the scores: the values are weighted unnormalised and the [B, H, l, D]
+  # result divided by the row sums, not the [B, H, l, S] weights
+  unnormalised_BHLS = jnp.exp(logits - top)
+  total_BHL1 = jnp.sum(unnormalised_BHLS, axis=-1, keepdims=True)
+  lse_BHL1 = top + jnp.log(total_BHL1)
+  out = _weighted_values(unnormalised_BHLS, v, _F32) / total_BHL1
+  if mask is not None:  # rows that see nothing: zeros out, and exp(logits - inf) = 0 later
+    seen = jnp.any(mask, axis=-1, keepdims=True)
+    lse_BHL1 = jnp.where(seen, lse_BHL1, jnp.inf)
+    out = jnp.where(seen, out, _F32(0))
+  return out.astype(q.dtype), lse_BHL1
 
 
 def _forward(q, k, v, mask, bias, scale, mask_value, softcap, blocks):
