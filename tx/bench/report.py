@@ -174,16 +174,8 @@ def step_attention_seconds(doc: dict, case: str, dtype: str):
 def attention_lines(doc: dict) -> list[str]:
   """One line per case whose self-attention was timed alone: milliseconds of one layer's
   forward and backward per dtype, tx / torch, and tx's time over torch's."""
-  ours, theirs = doc.get('attention', {}).get('tx', {}), doc.get('attention', {}).get('peer', {})
-  lines = []
-  for case, times in ours.items():
-    parts = []
-    for dtype, secs in times.items():
-      peer = theirs.get(case, {}).get(dtype)
-      parts.append(f'{dtype} {secs * 1e3:.1f}' + (
-          f' / {peer * 1e3:.1f} ({secs / peer:.2f}x the time)' if peer else ''))
-    lines.append(f'{case}: ' + ', '.join(parts))
-  return lines
+  return _side_by_side(doc, 'attention', lambda s: f'{s * 1e3:.1f}',
+                       lambda ours, peer: f'{ours / peer:.2f}x the time')
 
 
 def _secs(s: float) -> str:
@@ -210,14 +202,21 @@ def step_gemm_seconds(doc: dict, case: str, dtype: str):
 def gemm_lines(doc: dict) -> list[str]:
   """One line per product of the step timed alone: GFLOP/s of XLA and of torch per dtype,
   and XLA / torch (where the GEMM kernels, not the rest of the step, decide a ratio)."""
-  ours, theirs = doc.get('gemms', {}).get('tx', {}), doc.get('gemms', {}).get('peer', {})
+  return _side_by_side(doc, 'gemms', lambda rate: f'{rate / 1e9:.0f}',
+                       lambda ours, peer: f'{ours / peer:.2f}x')
+
+
+def _side_by_side(doc: dict, key: str, show, compare) -> list[str]:
+  """'label: dtype tx / torch (compare), ...' per label of doc[key]['tx'] (tx's value alone
+  where torch's is missing)."""
+  ours, theirs = doc.get(key, {}).get('tx', {}), doc.get(key, {}).get('peer', {})
   lines = []
-  for label, rates in ours.items():
+  for label, values in ours.items():
     parts = []
-    for dtype, rate in rates.items():
+    for dtype, value in values.items():
       peer = theirs.get(label, {}).get(dtype)
-      parts.append(f'{dtype} {rate / 1e9:.0f}' + (
-          f' / {peer / 1e9:.0f} ({rate / peer:.2f}x)' if peer else ''))
+      parts.append(f'{dtype} {show(value)}' + (
+          f' / {show(peer)} ({compare(value, peer)})' if peer else ''))
     lines.append(f'{label}: ' + ', '.join(parts))
   return lines
 
