@@ -88,8 +88,9 @@ SUITE = (
 )
 
 def step_gemms(spec: dict) -> tuple:
-  """The dense products of a decoder or encoder case's training step, to time alone in both frameworks
-  next to the n^3 ceiling: (label, m, k, n, right operand transposed, times per step).
+  """The dense products of a decoder or encoder case's training step, to time alone in both
+  frameworks next to the n^3 ceiling: (label, m, k, n, right operand transposed, times per
+  step).
 
   M = batch x context rows. The forward products, the input gradients (g · wᵀ: the right
   operand contracted on its last dimension) and the weight gradients (xᵀ · g, as tx

@@ -111,12 +111,14 @@ def targets(doc: dict) -> list[dict]:
 
 
 def ceiling_arithmetic(doc: dict) -> list[str]:
-  """Per training case with a peer, whether 1.5x the peer's speed fits under XLA's GEMM ceiling: the peer's FLOP rate
-  (tx's FLOP count) times 1.5, as a fraction of XLA's n^3 matmul ceiling; above 100 % the
-  ceilings rule 1.5x out on this host. Where the step's own products were timed
-  (`step_gemms`), a second line, the finer bound: their time at XLA's rates plus the
-  attention products' at the ceiling, against the step time 1.5x the peer allows, and how
-  much faster the rest of the step would then have to run."""
+  """Per training case with a peer, whether 1.5x the peer's speed fits under XLA's GEMM
+  ceiling: the peer's FLOP rate (tx's FLOP count) times 1.5, as a fraction of XLA's n^3
+  matmul ceiling; above 100 % the ceilings rule 1.5x out on this host. Where the step's own
+  products were timed (`step_gemms`), a second line, the finer bound: their time at XLA's
+  rates plus the attention products' at the ceiling, against the step time 1.5x the peer
+  allows, and how much faster the rest of the step would then have to run. Where its
+  self-attention was timed alone on both sides (`step_attention`), a third: that time over
+  all layers in each framework, against the gap between the two steps."""
   peer_ceiling = doc.get('peer_ceiling')
   if not peer_ceiling:
     return []

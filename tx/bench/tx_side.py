@@ -36,11 +36,11 @@ from tx.decode.generate import generate_lm, generate_seq2seq
 from tx.layers.attention import causal_block_count
 from tx.models.build import build_model
 from tx.tasks.objectives import make_task
+from tx.timing import calls_per_sample
 from tx.train.flops import flops_per_step, gemm_rates, matmul_rates
 from tx.train.mesh import batch_sharding, logical_rules, make_mesh
 from tx.train.optimizer import make_optimizer
 from tx.train.state import init_state, state_shardings
-from tx.timing import calls_per_sample
 from tx.train.step import jit_train_step, make_train_step
 
 _ARCH = {
