@@ -185,6 +185,10 @@ def test_attention_timed_alone_is_set_against_the_step_gap():
   # 6 layers x 50 ms = 300 ms against 6 x 20 = 120 ms: 180 ms of the 500 ms gap
   assert len(lines) == 1 and '300.0 ms in tx against 120.0 ms' in lines[0], lines
   assert '180.0 ms of the 500.0 ms by which tx\'s step is slower' in lines[0]
+  doc['attention']['peer']['gpt_6l']['float32'] = 0.06  # tx's attention the faster
+  line = [l for l in report.ceiling_arithmetic(doc) if 'self-attention' in l][0]
+  assert "tx's 60.0 ms faster, so the 500.0 ms by which its step is slower lies elsewhere" in line
+  doc['attention']['peer']['gpt_6l']['float32'] = 0.02
   table = report.attention_lines(doc)  # bf16 has no peer time: tx's alone
   assert table == ['gpt_6l: float32 50.0 / 20.0 (2.50x the time), bfloat16 40.0']
   assert 'Self-attention of one layer' in report.table(doc)

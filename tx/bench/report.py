@@ -154,8 +154,13 @@ def ceiling_arithmetic(doc: dict) -> list[str]:
     if attention is not None:
       ours, theirs = attention
       gap = txt['step_time_s'] - peer['step_time_s']
-      share = (f'{_secs(ours - theirs)} of the {_secs(gap)} by which tx\'s step is slower'
-               if gap > 0 else f'tx\'s step is {_secs(-gap)} faster')
+      if gap <= 0:
+        share = f'tx\'s step is {_secs(-gap)} faster'
+      elif ours > theirs:
+        share = f'{_secs(ours - theirs)} of the {_secs(gap)} by which tx\'s step is slower'
+      else:
+        share = (f'tx\'s {_secs(theirs - ours)} faster, so the {_secs(gap)} by which its step '
+                 f'is slower lies elsewhere')
       lines.append(f'{case} ({dtype}): its self-attention alone, forward and backward of '
                    f'every layer: {_secs(ours)} in tx against {_secs(theirs)} in torch '
                    f'(scaled_dot_product_attention): {share}')
