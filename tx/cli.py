@@ -12,6 +12,7 @@
     tx compare DIR... [--metric NAME] [--baseline VARIANT] [--out DIR] [--x KEY] [--curves KEY ...]
     tx convert --hf DIR --workdir OUT [--experiment NAME] [--set key=value ...]
     tx bench [--only PATTERN ...] [--quick] [--no-peers] [--threads N] [--json FILE]
+             [--ablate-attention]
     tx plan EXPERIMENT --mesh data=D,fsdp=F,tensor=T [--set ...] [--device-memory 80GB] [--json FILE]
     tx mup-check EXPERIMENT [--widths 64,128,256,512] [--steps 10] [--set ...] [--out DIR]
 
@@ -206,6 +207,9 @@ def _bench_parser(sub) -> None:
   b.add_argument('--threads', type=int, default=2, help='CPU threads of every measurement')
   b.add_argument('--json', default='bench.json', metavar='FILE', help='where the results go')
   b.add_argument('--quiet', action='store_true', help='no progress lines')
+  b.add_argument('--ablate-attention', action='store_true',
+                 help='also train each decoder / encoder case with its attention replaced by '
+                      'out = v on both sides: what attention costs in each step')
 
 
 def _plan_parser(sub) -> None:

@@ -77,10 +77,13 @@ def test_side_by_side_run_measures_tx_and_the_peer():
   peers = suite.torch_available()
   spec = dict(cases.QUICK[1].spec)
   case = cases.Case('gpt_6l', spec, kinds=('train', 'decode'), decode_batches=(1,))
-  doc = suite.run([case], peers=peers, ceiling_n=256, say=lambda m: None)
+  doc = suite.run([case], peers=peers, ceiling_n=256, say=lambda m: None,
+                  ablate_attention=True)
   got = doc['cases']['gpt_6l']
   assert 'error' not in got, got
   assert got['tx_train']['tokens_per_s'] > 0 and got['tx_train']['peak_rss_bytes'] > 1e7
+  for side in ('tx', 'peer') if peers else ('tx',):  # the stand-in changed each side's model
+    assert got[f'{side}_train_ablated']['loss'] != got[f'{side}_train']['loss'], side
   assert got['tx_decode_b1']['generated_tokens'] == spec['new']
   assert len(doc['ceilings']) == 2 and doc['ceiling']['float32'] > 0
   by = {(r['case'], r['metric']): r for r in doc['rows']}
@@ -192,6 +195,39 @@ def test_attention_timed_alone_is_set_against_the_step_gap():
   table = report.attention_lines(doc)  # bf16 has no peer time: tx's alone
   assert table == ['gpt_6l: float32 50.0 / 20.0 (2.50x the time), bfloat16 40.0']
   assert 'Self-attention of one layer' in report.table(doc)
+
+
+def test_attention_ablated_inside_the_step_is_set_against_the_step_gap():
+  """--ablate-attention: each side's step again with attention stubbed out; the difference
+  is what attention costs inside each step."""
+  doc = _bf16_doc({'avx512_bf16': True})  # float32 steps: tx 2 s, the peer 4 s
+  case = doc['cases']['gpt_6l']
+  case['tx_train']['step_time_s'] = 4.5  # tx 0.5 s slower
+  case['tx_train_ablated'] = {'tokens_per_s': 1000.0, 'step_time_s': 3.6}
+  case['peer_train_ablated'] = {'tokens_per_s': 950.0, 'step_time_s': 3.8}
+  doc['rows'] = report.rows(doc)
+  by = {(r['case'], r['metric']): r for r in doc['rows']}
+  assert by['gpt_6l', 'tokens/s w/o attention']['ratio'] == pytest.approx(1000 / 950)
+  lines = [l for l in report.ceiling_arithmetic(doc) if 'inside the step' in l]
+  # tx 4.5 - 3.6 = 900 ms against torch's 4.0 - 3.8 = 200 ms: 700 ms of the 500 ms gap
+  assert len(lines) == 1 and '900.0 ms of tx\'s step against 200.0 ms of torch\'s' in lines[0]
+  assert '700.0 ms of the 500.0 ms by which tx\'s step is slower' in lines[0]
+  assert 'tx trains at 1.06x the peer\'s speed' in lines[0]  # 3.8 / 3.6 without it
+  del case['peer_train_ablated']  # one side alone says nothing
+  assert not [l for l in report.ceiling_arithmetic(doc) if 'inside the step' in l]
+
+
+def test_the_attention_stand_in_keeps_every_projection_in_the_step():
+  """out = v (each query head reading its kv head), q and k kept on the gradient path."""
+  k0, k1, k2 = jax.random.split(jax.random.PRNGKey(0), 3)
+  q = jax.random.normal(k0, (2, 5, 4, 8))
+  k, v = jax.random.normal(k1, (2, 5, 2, 8)), jax.random.normal(k2, (2, 5, 2, 8))
+  out = tx_side.attention_stand_in(q, k, v, mask=None, causal_blocks=2)
+  assert (out == jax.numpy.repeat(v, 2, axis=2)).all()
+  grads = jax.grad(lambda q, k, v: tx_side.attention_stand_in(q, k, v).sum(),
+                   argnums=(0, 1, 2))(q, k, v)
+  assert [g.shape for g in grads] == [q.shape, k.shape, v.shape]
+  assert float(abs(grads[2] - 2.0).max()) == 0.0  # two query heads read each value head
 
 
 def test_small_products_are_timed_over_many_calls():

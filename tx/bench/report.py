@@ -65,6 +65,10 @@ def rows(doc: dict) -> list[dict]:
           peer and peer['peak_rss_bytes'] / GB)
       add(name, 'compile / first step s', txt['compile_s'], peer and peer['first_step_s'],
           ratio=None)
+    ablated, peer_ablated = c.get('tx_train_ablated'), c.get('peer_train_ablated')
+    if ablated:
+      add(name, 'tokens/s w/o attention', ablated['tokens_per_s'],
+          peer_ablated and peer_ablated['tokens_per_s'])
     for key in sorted(k for k in c if k.startswith('tx_decode_b')):
       batch = key[len('tx_decode_b'):]
       p = c.get(f'peer_decode_b{batch}')
@@ -118,7 +122,9 @@ def ceiling_arithmetic(doc: dict) -> list[str]:
   rates plus the attention products' at the ceiling, against the step time 1.5x the peer
   allows, and how much faster the rest of the step would then have to run. Where its
   self-attention was timed alone on both sides (`step_attention`), a third: that time over
-  all layers in each framework, against the gap between the two steps."""
+  all layers in each framework, against the gap between the two steps. Where both sides also
+  trained with attention stubbed out (`tx_train_ablated`, `peer_train_ablated`), a fourth:
+  what attention costs inside each step, against the same gap."""
   peer_ceiling = doc.get('peer_ceiling')
   if not peer_ceiling:
     return []
@@ -149,22 +155,35 @@ def ceiling_arithmetic(doc: dict) -> list[str]:
                    f'{_secs(dense_s)} and its attention products at least '
                    f'{_secs(kernels - dense_s)}: {_secs(kernels)} of the {_secs(allowed)} a '
                    f'step may take at 1.5x the peer, {then}')
+    gap = txt['step_time_s'] - peer['step_time_s']
     attention = step_attention_seconds(doc, c.get('spec', {}).get('float32_case') or case,
                                        dtype)
     if attention is not None:
       ours, theirs = attention
-      gap = txt['step_time_s'] - peer['step_time_s']
-      if gap <= 0:
-        share = f'tx\'s step is {_secs(-gap)} faster'
-      elif ours > theirs:
-        share = f'{_secs(ours - theirs)} of the {_secs(gap)} by which tx\'s step is slower'
-      else:
-        share = (f'tx\'s {_secs(theirs - ours)} faster, so the {_secs(gap)} by which its step '
-                 f'is slower lies elsewhere')
       lines.append(f'{case} ({dtype}): its self-attention alone, forward and backward of '
                    f'every layer: {_secs(ours)} in tx against {_secs(theirs)} in torch '
-                   f'(scaled_dot_product_attention): {share}')
+                   f'(scaled_dot_product_attention): {_share(ours, theirs, gap)}')
+    ablated, peer_ablated = c.get('tx_train_ablated'), c.get('peer_train_ablated')
+    if ablated and peer_ablated:
+      ours = txt['step_time_s'] - ablated['step_time_s']
+      theirs = peer['step_time_s'] - peer_ablated['step_time_s']
+      lines.append(f'{case} ({dtype}): its attention inside the step (each side trained '
+                   f'again with out = v in its place): {_secs(ours)} of tx\'s step against '
+                   f'{_secs(theirs)} of torch\'s: {_share(ours, theirs, gap)}; without it, '
+                   f'tx trains at {peer_ablated["step_time_s"] / ablated["step_time_s"]:.2f}x '
+                   f'the peer\'s speed')
   return lines
+
+
+def _share(ours: float, theirs: float, gap: float) -> str:
+  """How much of the gap between the two steps (tx's - the peer's, seconds) a part that
+  takes `ours` in tx and `theirs` in torch explains."""
+  if gap <= 0:
+    return f'tx\'s step is {_secs(-gap)} faster'
+  if ours > theirs:
+    return f'{_secs(ours - theirs)} of the {_secs(gap)} by which tx\'s step is slower'
+  return (f'tx\'s {_secs(theirs - ours)} faster, so the {_secs(gap)} by which its step is '
+          f'slower lies elsewhere')
 
 
 def step_attention_seconds(doc: dict, case: str, dtype: str):

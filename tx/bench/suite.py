@@ -4,6 +4,7 @@
     tx bench --only gpt_6l compile   # cases whose name contains a pattern
     tx bench --quick --json q.json   # toy sizes, seconds: checks the machinery
     tx bench --no-peers              # tx only (no torch needed)
+    tx bench --only bert --ablate-attention   # + each side's step with attention stubbed out
 
 Every measurement runs in its own process pinned to `--threads` threads (tx and the peer
 alike), one after the other, so ratios are taken side by side on the same machine state.
@@ -58,7 +59,7 @@ def torch_available() -> bool:
   return True
 
 
-def _measure_case(case, *, peers: bool, threads: int, say) -> dict:
+def _measure_case(case, *, peers: bool, threads: int, say, ablate: bool = False) -> dict:
   out = {'spec': case.spec, 'note': case.note}
   spec = case.spec
   family = spec['family']
@@ -66,12 +67,17 @@ def _measure_case(case, *, peers: bool, threads: int, say) -> dict:
     out['tx_compile'] = run_isolated(f'{TX}:compile_time', spec, threads=threads)
     say(f'{case.name}: compiled in {out["tx_compile"]["compile_s"]:.1f}s')
   if 'train' in case.kinds:
-    out['tx_train'] = run_isolated(f'{TX}:train', spec, threads=threads)
-    say(f'{case.name}: tx {out["tx_train"]["tokens_per_s"]:,.0f} tokens/s')
-    if peers and case.peer:
-      out['peer_train'] = run_isolated(f'{PEERS}:{cases_lib.PEER_TRAIN[family]}', spec,
-                                       threads=threads)
-      say(f'{case.name}: peer {out["peer_train"]["tokens_per_s"]:,.0f} tokens/s')
+    # with ablate, each side trains once more with its attention stubbed out (out = v)
+    runs = [('', spec)] + ([('_ablated', dict(spec, ablate_attention=True))]
+                           if ablate and family in ('decoder', 'encoder') else [])
+    for suffix, s in runs:
+      label = f'{case.name}{" without attention" if suffix else ""}'
+      out[f'tx_train{suffix}'] = run_isolated(f'{TX}:train', s, threads=threads)
+      say(f'{label}: tx {out[f"tx_train{suffix}"]["tokens_per_s"]:,.0f} tokens/s')
+      if peers and case.peer:
+        out[f'peer_train{suffix}'] = run_isolated(f'{PEERS}:{cases_lib.PEER_TRAIN[family]}', s,
+                                                  threads=threads)
+        say(f'{label}: peer {out[f"peer_train{suffix}"]["tokens_per_s"]:,.0f} tokens/s')
   for batch in case.decode_batches:
     dspec = dict(spec, batch=batch)
     out[f'tx_decode_b{batch}'] = r = run_isolated(f'{TX}:decode', dspec, threads=threads)
@@ -83,13 +89,16 @@ def _measure_case(case, *, peers: bool, threads: int, say) -> dict:
   return out
 
 
-def run(cases, *, peers: bool = True, threads: int = 2, say=print, ceiling_n: int = 2048) -> dict:
+def run(cases, *, peers: bool = True, threads: int = 2, say=print, ceiling_n: int = 2048,
+        ablate_attention: bool = False) -> dict:
   """Measures every case; returns the JSON document (machine with its host, ceilings, cases,
   targets, `gemms`: the decoder and encoder training steps' products timed alone by XLA and
   by torch, labelled 'case: product', `step_gemms`: {case: [[product, m, k, n, times per
   step]]}, `attention`: {side: {case: {dtype: seconds}}} of one self-attention's forward and
   backward timed alone, and `step_attention`: {case: [batch, length, heads, head_dim,
-  causal, layers]})."""
+  causal, layers]}). ablate_attention: each decoder and encoder case also trains with its
+  attention replaced by a stand-in on both sides (cases' tx_train_ablated,
+  peer_train_ablated): what attention costs inside each framework's step."""
   start = time.time()
   info = machine(threads)
   say(host.summary(info['host']))
@@ -107,7 +116,8 @@ def run(cases, *, peers: bool = True, threads: int = 2, say=print, ceiling_n: in
   results = {}
   for case in cases:
     try:
-      results[case.name] = _measure_case(case, peers=peers, threads=threads, say=say)
+      results[case.name] = _measure_case(case, peers=peers, threads=threads, say=say,
+                                         ablate=ablate_attention)
     except BenchError as e:
       say(f'{case.name}: FAILED: {e}')
       results[case.name] = {'spec': case.spec, 'error': str(e)}
@@ -166,7 +176,8 @@ def cli(args) -> int:
     raise UserError(f'--threads must be >= 1, got {args.threads}')
   say = (lambda *a, **k: None) if args.quiet else (lambda m: print(m, file=sys.stderr, flush=True))
   doc = run(chosen, peers=peers, threads=args.threads, say=say,
-            ceiling_n=512 if args.quick else 2048)
+            ceiling_n=512 if args.quick else 2048,
+            ablate_attention=args.ablate_attention)
   print(report.table(doc))
   with open(args.json, 'w', encoding='utf-8') as f:
     json.dump(doc, f, indent=1)

@@ -22,6 +22,8 @@ step_time_min_s, tokens_per_s (tokens per step / median step), first_step_s, par
                  model). tokens_per_s counts batch*ctx. Attention: spec['attn_implementation']
                  ('eager' | 'sdpa'), default 'sdpa' (transformers 5's CPU default; see below);
                  `sdpa` = 1.0 / 0.0 reports the one used (also for bert_train).
+                 spec['ablate_attention'] (gpt2_train, bert_train): sdpa replaced by out = v,
+                 the stand-in tx_side.train uses: the step time attention costs in torch.
   bert_train     transformers BertForMaskedLM (dropout 0), AdamW as above; exactly
                  round(15%) of positions carry labels, the rest -100. tokens_per_s counts ALL
                  input tokens (batch*ctx), not only the masked ones.
@@ -69,7 +71,16 @@ def _torch(spec):
   import torch  # pylint: disable=g-import-not-at-top  (optional (the interop extra); heavy)
   torch.set_num_threads(spec['threads'])
   torch.manual_seed(0)
+  if spec.get('ablate_attention'):
+    torch.nn.functional.scaled_dot_product_attention = _attention_stand_in
   return torch
+
+
+def _attention_stand_in(q, k, v, *args, **kwargs):
+  """`ablate_attention`'s scaled_dot_product_attention, tx_side's stand-in: out = v
+  [B, H, L, D], with q and k through a zero product so their projections still train."""
+  del args, kwargs
+  return v + 0 * (q + k)
 
 
 def _train(spec, model, step, tokens_per_step):
@@ -139,8 +150,10 @@ def _gpt2(spec, ctx):
   return model
 
 
-def _attn(model):
+def _attn(model, spec):
   used = model.config._attn_implementation  # pylint: disable=protected-access
+  if spec.get('ablate_attention') and used != 'sdpa':
+    raise ValueError(f'ablate_attention replaces the sdpa attention; this model runs {used!r}')
   return {'sdpa': float(used == 'sdpa')}
 
 
@@ -151,7 +164,7 @@ def gpt2_train(spec):
   x = torch.randint(0, spec['vocab'], (spec['batch'], spec['ctx']))
   step = _optimizer_step(torch, spec, model, opt, lambda: model(input_ids=x, labels=x).loss,
                          True)
-  return {**_train(spec, model, step, x.numel()), **_attn(model)}
+  return {**_train(spec, model, step, x.numel()), **_attn(model, spec)}
 
 
 def gpt2_generate(spec):
@@ -170,7 +183,7 @@ def gpt2_generate(spec):
         out[:, :spec['prompt_len']], prompt):
       raise AssertionError(f'generate returned {tuple(out.shape)}, wanted {new} new tokens/row')
     return out.shape[1] - spec['prompt_len']
-  return {**_decode(spec, run), **_attn(model)}
+  return {**_decode(spec, run), **_attn(model, spec)}
 
 
 def bert_train(spec):
@@ -191,7 +204,7 @@ def bert_train(spec):
   labels = labels.view_as(x)
   step = _optimizer_step(torch, spec, model, opt, lambda: model(input_ids=x, labels=labels).loss,
                          True)
-  return {**_train(spec, model, step, x.numel()), **_attn(model)}
+  return {**_train(spec, model, step, x.numel()), **_attn(model, spec)}
 
 
 def _seq2seq(torch, spec, max_len):

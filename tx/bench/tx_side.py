@@ -13,14 +13,18 @@ implementations, not architectures:
                    target table; label smoothing 0.1; Adam (0.9, 0.98, 1e-9).
 
 Spec keys: family, layers (enc_layers, dec_layers), heads, d_model, d_ff, vocab, ctx
-(src_len, tgt_len), batch, steps, warmup, dtype ('float32' | 'bfloat16'), scan, remat;
+(src_len, tgt_len), batch, steps, warmup, dtype ('float32' | 'bfloat16'), scan, remat,
+ablate_attention (train: every attention replaced by `attention_stand_in`; the peer does
+the same, so the two steps' times with and without it give what attention costs in each);
 decoding: prompt_len, new, repeats.
 """
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
+from unittest import mock
 
 import flax.linen as nn
 import jax
@@ -162,13 +166,33 @@ def compiled_train_step(spec: dict):
   return compiled, state, batch, cfg, task, compile_s
 
 
+def attention_stand_in(q_BLHD, k_BSKD, v_BSKD, **unused):
+  """What `ablate_attention` trains in place of `ops.dot_product_attention`: each query
+  returns the value at its own position (its kv head's), and q and k pass through a zero
+  product so that their projections still run forward and backward.
+
+  q [B, L, H, D], k and v [B, L, K, D] (self-attention, H % K == 0) -> [B, L, H, D]."""
+  del unused
+  group = q_BLHD.shape[2] // v_BSKD.shape[2]
+  k, v = (jnp.repeat(x, group, axis=2) for x in (k_BSKD, v_BSKD))
+  return (v + 0 * (q_BLHD + k)).astype(q_BLHD.dtype)
+
+
+def _attention(spec: dict):
+  """The context the step is traced in: tx's attention, or its stand-in (ablate_attention)."""
+  if spec.get('ablate_attention'):
+    return mock.patch.object(ops, 'dot_product_attention', attention_stand_in)
+  return contextlib.nullcontext()
+
+
 def train(spec: dict) -> dict:
   """Train-step throughput: compile time, then `warmup` untimed and `steps` timed steps.
 
   tokens/s counts the tokens the loss is taken on per step (decoder: batch x ctx; seq2seq:
   batch x tgt_len) except MLM, which counts every input token (batch x ctx) as the peer does.
   """
-  compiled, state, batch, cfg, task, compile_s = compiled_train_step(spec)
+  with _attention(spec):
+    compiled, state, batch, cfg, task, compile_s = compiled_train_step(spec)
   holder = {'state': state}
 
   def one():
