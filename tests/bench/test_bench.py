@@ -213,6 +213,10 @@ def test_attention_ablated_inside_the_step_is_set_against_the_step_gap():
   assert len(lines) == 1 and '900.0 ms of tx\'s step against 200.0 ms of torch\'s' in lines[0]
   assert '700.0 ms of the 500.0 ms by which tx\'s step is slower' in lines[0]
   assert 'tx trains at 1.06x the peer\'s speed' in lines[0]  # 3.8 / 3.6 without it
+  case['peer_train_ablated']['step_time_s'] = 4.1  # the peer no faster without attention
+  line = [l for l in report.ceiling_arithmetic(doc) if 'inside the step' in l][0]
+  assert "-100.0 ms of torch's: a step no faster without it, so attention's share is below" in line
+  case['peer_train_ablated']['step_time_s'] = 3.8
   del case['peer_train_ablated']  # one side alone says nothing
   assert not [l for l in report.ceiling_arithmetic(doc) if 'inside the step' in l]
 

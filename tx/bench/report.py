@@ -167,11 +167,13 @@ def ceiling_arithmetic(doc: dict) -> list[str]:
     if ablated and peer_ablated:
       ours = txt['step_time_s'] - ablated['step_time_s']
       theirs = peer['step_time_s'] - peer_ablated['step_time_s']
+      share = (_share(ours, theirs, gap) if min(ours, theirs) > 0 else
+               'a step no faster without it, so attention\'s share is below this run\'s noise')
       lines.append(f'{case} ({dtype}): its attention inside the step (each side trained '
                    f'again with out = v in its place): {_secs(ours)} of tx\'s step against '
-                   f'{_secs(theirs)} of torch\'s: {_share(ours, theirs, gap)}; without it, '
-                   f'tx trains at {peer_ablated["step_time_s"] / ablated["step_time_s"]:.2f}x '
-                   f'the peer\'s speed')
+                   f'{_secs(theirs)} of torch\'s: {share}; without it, tx trains at '
+                   f'{peer_ablated["step_time_s"] / ablated["step_time_s"]:.2f}x the peer\'s '
+                   'speed')
   return lines
 
 
