@@ -234,6 +234,17 @@ def test_the_attention_stand_in_keeps_every_projection_in_the_step():
   assert float(abs(grads[2] - 2.0).max()) == 0.0  # two query heads read each value head
 
 
+def test_the_peer_refuses_an_ablation_its_attention_would_ignore(monkeypatch):
+  """Only sdpa is stubbed: an eager peer fails before it trains, not with a silent no-op."""
+  pytest.importorskip('transformers')
+  from tx.bench import torch_peers  # pylint: disable=g-import-not-at-top
+  spec = dict(cases.QUICK[3].spec, threads=1, ablate_attention=True,
+              attn_implementation='eager')
+  monkeypatch.setattr(torch_peers, '_train', lambda *a: pytest.fail('trained first'))
+  with pytest.raises(ValueError, match="replaces the sdpa attention; this model runs 'eager'"):
+    torch_peers.bert_train(spec)
+
+
 def test_small_products_are_timed_over_many_calls():
   """A sample lasts ~20 ms: one call of an n^3 ceiling, many of a product whose single call
   would time mostly its dispatch (both frameworks' GEMM rates use this)."""

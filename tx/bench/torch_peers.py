@@ -164,7 +164,8 @@ def gpt2_train(spec):
   x = torch.randint(0, spec['vocab'], (spec['batch'], spec['ctx']))
   step = _optimizer_step(torch, spec, model, opt, lambda: model(input_ids=x, labels=x).loss,
                          True)
-  return {**_train(spec, model, step, x.numel()), **_attn(model, spec)}
+  attn = _attn(model, spec)  # before the steps: an ablation the model would ignore fails here
+  return {**_train(spec, model, step, x.numel()), **attn}
 
 
 def gpt2_generate(spec):
@@ -204,7 +205,8 @@ def bert_train(spec):
   labels = labels.view_as(x)
   step = _optimizer_step(torch, spec, model, opt, lambda: model(input_ids=x, labels=labels).loss,
                          True)
-  return {**_train(spec, model, step, x.numel()), **_attn(model, spec)}
+  attn = _attn(model, spec)
+  return {**_train(spec, model, step, x.numel()), **attn}
 
 
 def _seq2seq(torch, spec, max_len):
