@@ -237,7 +237,11 @@ def test_the_attention_stand_in_keeps_every_projection_in_the_step():
 def test_the_peer_refuses_an_ablation_its_attention_would_ignore(monkeypatch):
   """Only sdpa is stubbed: an eager peer fails before it trains, not with a silent no-op."""
   pytest.importorskip('transformers')
+  import torch  # pylint: disable=g-import-not-at-top
   from tx.bench import torch_peers  # pylint: disable=g-import-not-at-top
+  # the peers run in worker processes and stub sdpa for good; here it is put back afterwards
+  monkeypatch.setattr(torch.nn.functional, 'scaled_dot_product_attention',
+                      torch.nn.functional.scaled_dot_product_attention)
   spec = dict(cases.QUICK[3].spec, threads=1, ablate_attention=True,
               attn_implementation='eager')
   monkeypatch.setattr(torch_peers, '_train', lambda *a: pytest.fail('trained first'))
