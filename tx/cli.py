@@ -12,7 +12,7 @@
     tx compare DIR... [--metric NAME] [--baseline VARIANT] [--out DIR] [--x KEY] [--curves KEY ...]
     tx convert --hf DIR --workdir OUT [--experiment NAME] [--set key=value ...]
     tx bench [--only PATTERN ...] [--quick] [--no-peers] [--threads N] [--json FILE]
-             [--ablate-attention]
+             [--ablate-attention] [--rounds N]
     tx plan EXPERIMENT --mesh data=D,fsdp=F,tensor=T [--set ...] [--device-memory 80GB] [--json FILE]
     tx mup-check EXPERIMENT [--widths 64,128,256,512] [--steps 10] [--set ...] [--out DIR]
 
@@ -210,6 +210,9 @@ def _bench_parser(sub) -> None:
   b.add_argument('--ablate-attention', action='store_true',
                  help='also train each decoder / encoder case with its attention replaced by '
                       'out = v on both sides: what attention costs in each step')
+  b.add_argument('--rounds', type=int, default=1,
+                 help='measure each training / decoding case N times, tx and the peer in '
+                      'turn: medians, and the spread of the paired ratios')
 
 
 def _plan_parser(sub) -> None:

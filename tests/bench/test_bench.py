@@ -108,11 +108,55 @@ def test_side_by_side_run_measures_tx_and_the_peer():
     (['bench', '--only', 'nosuch'], 'matches no case'),
     (['bench', '--json', '/nonexistent/dir/x.json'], 'directory does not exist'),
     (['bench', '--threads', '0'], '--threads must be >= 1'),
+    (['bench', '--rounds', '0'], '--rounds must be >= 1'),
 ])
 def test_bench_user_errors_are_one_line(argv, says, capsys):
   assert cli.main(argv) == 2
   err = capsys.readouterr().err.strip().splitlines()
   assert len(err) == 1 and says in err[0]
+
+
+def test_rounds_alternate_the_sides_and_report_each_sides_median_run(monkeypatch):
+  """--rounds N: tx, peer, tx, peer ... per measurement; each side's median run is the one
+  reported, every round's number is kept, and the paired ratios give the spread."""
+  calls, tokens = [], {'tx': iter([300.0, 100.0, 200.0, 90.0, 30.0, 60.0]),
+                       'peer': iter([100.0, 100.0, 160.0, 40.0, 20.0, 25.0])}
+
+  def fake_run(target, spec, *, threads):
+    side = 'tx' if target.startswith(suite.TX) else 'peer'
+    calls.append((side, target.split(':')[1], spec.get('batch')))
+    value = next(tokens[side])
+    return ({'tokens_per_s': value, 'step_time_s': 1 / value} if 'train' in target
+            else {'new_tokens_per_s': value})
+
+  monkeypatch.setattr(suite, 'run_isolated', fake_run)
+  case = cases.Case('gpt_6l', dict(cases.QUICK[1].spec, batch=4), kinds=('train', 'decode'),
+                    decode_batches=(1,))
+  got = suite._measure_case(case, peers=True, threads=2, say=lambda m: None, rounds=3)
+  assert [c[0] for c in calls] == ['tx', 'peer'] * 6  # side by side, round after round
+  assert [c[1] for c in calls[:6]] == ['train', 'gpt2_train'] * 3
+  assert got['tx_train_rounds'] == [300.0, 100.0, 200.0]
+  assert got['peer_train_rounds'] == [100.0, 100.0, 160.0]
+  assert got['tx_train']['tokens_per_s'] == 200.0 and got['peer_train']['tokens_per_s'] == 100.0
+  assert got['tx_decode_b1']['new_tokens_per_s'] == 60.0  # of 90, 30, 60
+  assert {c[2] for c in calls[6:]} == {1}
+  doc = {'ceiling': {'float32': 1e12, 'bfloat16': 1e12}, 'rounds': 3, 'cases': {
+      'gpt_6l': dict(got, tx_train=dict(got['tx_train'], flops_per_step=1.0, peak_rss_bytes=1.0,
+                                        compile_s=1.0),
+                     peer_train=dict(got['peer_train'], peak_rss_bytes=1.0, first_step_s=1.0))}}
+  doc['rows'] = report.rows(doc)
+  row = next(r for r in doc['rows'] if r['metric'] == 'train tokens/s')
+  assert row['ratio'] == pytest.approx(2.0)  # the medians: 200 / 100
+  assert row['ratio_rounds'] == pytest.approx([3.0, 1.0, 1.25])
+  doc['targets'] = report.targets(doc)
+  target = next(t for t in doc['targets'] if t['target'].endswith('(6L)')
+                and 'train tokens/s' in t['target'])
+  assert (target['met'], target['rounds'], target['rounds_met']) == (True, 3, 1)
+  text = report.table(dict(doc, machine={'processor': 'cpu', 'platform': 'x', 'cpu_count': 2,
+                                         'threads': 2, 'jax': '0'}))
+  assert 'gpt_6l train tokens/s: tx 100-300, peer 100-160, tx/peer 1.00-3.00x' in text
+  assert 'gpt_6l decode b1 tokens/s: tx 30.0-90.0, peer 20.0-40.0, tx/peer 1.50-2.40x' in text
+  assert 'held in 1 of 3 rounds' in text
 
 
 def _hlo_size(layers: int) -> int:

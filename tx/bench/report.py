@@ -46,9 +46,16 @@ def rows(doc: dict) -> list[dict]:
   ceiling = doc['ceiling']
   compile_2l = doc['cases'].get('compile_2l', {}).get('tx_compile', {}).get('compile_s')
 
-  def add(case, metric, tx, peer=None, ratio='auto'):
+  def add(case, metric, tx, peer=None, ratio='auto', rounds=None):
     r = _ratio(tx, peer) if ratio == 'auto' else ratio
     out.append({'case': case, 'metric': metric, 'tx': tx, 'peer': peer, 'ratio': r})
+    if rounds and rounds[0]:  # (tx's value per round, the peer's or None), in the order run
+      out[-1].update(tx_rounds=rounds[0], peer_rounds=rounds[1])
+      if rounds[1] and len(rounds[1]) == len(rounds[0]):
+        out[-1]['ratio_rounds'] = [a / b for a, b in zip(*rounds)]
+
+  def measured(c, key):
+    return c.get(f'tx_{key}_rounds'), c.get(f'peer_{key}_rounds')
 
   for name, c in doc['cases'].items():
     if 'error' in c:
@@ -56,7 +63,8 @@ def rows(doc: dict) -> list[dict]:
     spec = c['spec']
     txt, peer = c.get('tx_train'), c.get('peer_train')
     if txt:
-      add(name, 'train tokens/s', txt['tokens_per_s'], peer and peer['tokens_per_s'])
+      add(name, 'train tokens/s', txt['tokens_per_s'], peer and peer['tokens_per_s'],
+          rounds=measured(c, 'train'))
       add(name, 'train step s', txt['step_time_s'], peer and peer['step_time_s'])
       # MFU: the ratio is the value itself (tx), the peer's MFU is shown beside it.
       add(name, 'train MFU', _mfu(txt, spec, ceiling), peer and _mfu(
@@ -68,12 +76,12 @@ def rows(doc: dict) -> list[dict]:
     ablated, peer_ablated = c.get('tx_train_ablated'), c.get('peer_train_ablated')
     if ablated:
       add(name, 'tokens/s w/o attention', ablated['tokens_per_s'],
-          peer_ablated and peer_ablated['tokens_per_s'])
-    for key in sorted(k for k in c if k.startswith('tx_decode_b')):
+          peer_ablated and peer_ablated['tokens_per_s'], rounds=measured(c, 'train_ablated'))
+    for key in sorted(k for k in c if k.startswith('tx_decode_b') and k[-1].isdigit()):
       batch = key[len('tx_decode_b'):]
       p = c.get(f'peer_decode_b{batch}')
       add(name, f'decode b{batch} tokens/s', c[key]['new_tokens_per_s'],
-          p and p['new_tokens_per_s'])
+          p and p['new_tokens_per_s'], rounds=measured(c, f'decode_b{batch}'))
     base = doc['cases'].get(spec.get('float32_case') or '', {})
     if txt and base.get('tx_train'):
       own = lambda side: (c.get(f'{side}_train') or {}).get('tokens_per_s')
@@ -108,6 +116,10 @@ def targets(doc: dict) -> list[dict]:
     value = None if r is None else (r['ratio'] if r['ratio'] is not None else r['tx'])
     met = None if value is None else (value >= bound if kind == 'min' else value <= bound)
     row = {'target': label, 'value': value, 'bound': bound, 'kind': kind, 'met': met}
+    paired = r.get('ratio_rounds') if r is not None and r['ratio'] is not None else None
+    if paired:  # the same bound on each round's own tx / peer ratio
+      row.update(rounds=len(paired), rounds_met=sum(
+          (x >= bound if kind == 'min' else x <= bound) for x in paired))
     if (label, case, metric, kind, bound) in BF16_TARGETS and not bf16_host:
       row.update(met=None, note=NO_BF16)
     out.append(row)
@@ -174,6 +186,23 @@ def ceiling_arithmetic(doc: dict) -> list[str]:
                    f'{_secs(theirs)} of torch\'s: {share}; without it, tx trains at '
                    f'{peer_ablated["step_time_s"] / ablated["step_time_s"]:.2f}x the peer\'s '
                    'speed')
+  return lines
+
+
+def rounds_lines(doc: dict) -> list[str]:
+  """One line per row measured over several rounds: each side's range, and the range of the
+  paired ratios (round i's tx over round i's peer, measured side by side)."""
+  span = lambda xs, fmt: f'{fmt(min(xs))}-{fmt(max(xs))}'
+  lines = []
+  for r in doc['rows']:
+    if not r.get('tx_rounds'):
+      continue
+    parts = [f'tx {span(r["tx_rounds"], _fmt)}']
+    if r.get('peer_rounds'):
+      parts.append(f'peer {span(r["peer_rounds"], _fmt)}')
+    if r.get('ratio_rounds'):
+      parts.append(f'tx/peer {span(r["ratio_rounds"], lambda x: f"{x:.2f}")}x')
+    lines.append(f'{r["case"]} {r["metric"]}: ' + ', '.join(parts))
   return lines
 
 
@@ -278,6 +307,11 @@ def table(doc: dict) -> str:
   for name, case in doc['cases'].items():
     if 'error' in case:
       lines.append(f'{name:<22} FAILED: {case["error"]}')
+  spread = rounds_lines(doc)
+  if spread:
+    lines += ['', f'Over {doc.get("rounds") or "several"} rounds, tx and the peer in turn (the '
+              'rows above give each side\'s median run), lowest-highest:'] + [
+                  f'  {s}' for s in spread]
   gemms = gemm_lines(doc)
   if gemms:
     lines += ['', 'GEMMs of the training steps timed alone, GFLOP/s (XLA / torch):'] + [
@@ -294,6 +328,8 @@ def table(doc: dict) -> str:
     status = {True: 'met', False: 'MISSED', None: 'not judged' if t.get('note')
               else 'not measured'}[t['met']]
     sign = '>=' if t['kind'] == 'min' else '<='
-    lines.append(f'  {status:<12} {t["target"]}: {_fmt(t["value"])} ({sign} {t["bound"]})'
-                 + (f' [{t["note"]}]' if t.get('note') else ''))
+    held = (f', held in {t["rounds_met"]} of {t["rounds"]} rounds' if t.get('rounds')
+            else '')
+    lines.append(f'  {status:<12} {t["target"]}: {_fmt(t["value"])} ({sign} {t["bound"]}'
+                 f'{held})' + (f' [{t["note"]}]' if t.get('note') else ''))
   return '\n'.join(lines)

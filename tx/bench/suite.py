@@ -5,9 +5,14 @@
     tx bench --quick --json q.json   # toy sizes, seconds: checks the machinery
     tx bench --no-peers              # tx only (no torch needed)
     tx bench --only bert --ablate-attention   # + each side's step with attention stubbed out
+    tx bench --only gpt_baby --rounds 5     # 5 rounds, tx and the peer in turn: the ratio's spread
 
 Every measurement runs in its own process pinned to `--threads` threads (tx and the peer
 alike), one after the other, so ratios are taken side by side on the same machine state.
+These hosts are noisy (a minute of a neighbour's load moves one process's number by a
+third): with `--rounds N` each training and decoding measurement is taken N times, tx and
+the peer in turn, and the report gives each side's median and the range of the N paired
+ratios, and counts the rounds in which each target held.
 The float32 and bf16 matmul ceilings are measured at the start and at the end (and torch's,
 once, when peers run: `report.ceiling_arithmetic` says whether 1.5x the peer is within
 reach of the two GEMM ceilings); MFU divides
@@ -59,10 +64,44 @@ def torch_available() -> bool:
   return True
 
 
-def _measure_case(case, *, peers: bool, threads: int, say, ablate: bool = False) -> dict:
+def _median_run(runs: list[dict], metric: str) -> dict:
+  """The run whose `metric` is the median of `runs` (the lower middle one for an even count),
+  so every number reported from it comes from one real measurement."""
+  ordered = sorted(runs, key=lambda r: r[metric])
+  return ordered[(len(ordered) - 1) // 2]
+
+
+def _rounds(out: dict, key: str, runs: dict[str, list[dict]], metric: str) -> None:
+  """Stores each side's median run under f'{side}_{key}' and, for more than one round, the
+  metric of every round, in the order run, under f'{side}_{key}_rounds'."""
+  for side, side_runs in runs.items():
+    out[f'{side}_{key}'] = _median_run(side_runs, metric)
+    if len(side_runs) > 1:
+      out[f'{side}_{key}_rounds'] = [r[metric] for r in side_runs]
+
+
+def _side_by_side(tx_target: str, peer_target: str | None, spec: dict, *, threads: int,
+                  rounds: int, say, label: str, metric: str) -> dict[str, list[dict]]:
+  """`rounds` rounds of tx then the peer (each in its own process): {side: [run per round]}.
+
+  Alternating the two sides round by round puts each pair of measurements side by side in
+  time, so a noisy minute on the host moves both of a pair rather than one side's number."""
+  runs = {'tx': []} | ({'peer': []} if peer_target else {})
+  for i in range(rounds):
+    tag = f' (round {i + 1}/{rounds})' if rounds > 1 else ''
+    for side, target in (('tx', tx_target), ('peer', peer_target)):
+      if target:
+        runs[side].append(run_isolated(target, spec, threads=threads))
+        say(f'{label}: {side} {runs[side][-1][metric]:,.0f} tokens/s{tag}')
+  return runs
+
+
+def _measure_case(case, *, peers: bool, threads: int, say, ablate: bool = False,
+                  rounds: int = 1) -> dict:
   out = {'spec': case.spec, 'note': case.note}
   spec = case.spec
   family = spec['family']
+  with_peer = peers and case.peer
   if 'compile' in case.kinds:
     out['tx_compile'] = run_isolated(f'{TX}:compile_time', spec, threads=threads)
     say(f'{case.name}: compiled in {out["tx_compile"]["compile_s"]:.1f}s')
@@ -70,27 +109,23 @@ def _measure_case(case, *, peers: bool, threads: int, say, ablate: bool = False)
     # with ablate, each side trains once more with its attention stubbed out (out = v)
     runs = [('', spec)] + ([('_ablated', dict(spec, ablate_attention=True))]
                            if ablate and family in ('decoder', 'encoder') else [])
+    peer = f'{PEERS}:{cases_lib.PEER_TRAIN[family]}' if with_peer else None
     for suffix, s in runs:
       label = f'{case.name}{" without attention" if suffix else ""}'
-      out[f'tx_train{suffix}'] = run_isolated(f'{TX}:train', s, threads=threads)
-      say(f'{label}: tx {out[f"tx_train{suffix}"]["tokens_per_s"]:,.0f} tokens/s')
-      if peers and case.peer:
-        out[f'peer_train{suffix}'] = run_isolated(f'{PEERS}:{cases_lib.PEER_TRAIN[family]}', s,
-                                                  threads=threads)
-        say(f'{label}: peer {out[f"peer_train{suffix}"]["tokens_per_s"]:,.0f} tokens/s')
+      measured = _side_by_side(f'{TX}:train', peer, s, threads=threads, rounds=rounds,
+                               say=say, label=label, metric='tokens_per_s')
+      _rounds(out, f'train{suffix}', measured, 'tokens_per_s')
   for batch in case.decode_batches:
-    dspec = dict(spec, batch=batch)
-    out[f'tx_decode_b{batch}'] = r = run_isolated(f'{TX}:decode', dspec, threads=threads)
-    say(f'{case.name}: tx decode batch {batch}: {r["new_tokens_per_s"]:,.0f} tokens/s')
-    if peers and case.peer:
-      out[f'peer_decode_b{batch}'] = r = run_isolated(
-          f'{PEERS}:{cases_lib.PEER_DECODE[family]}', dspec, threads=threads)
-      say(f'{case.name}: peer decode batch {batch}: {r["new_tokens_per_s"]:,.0f} tokens/s')
+    peer = f'{PEERS}:{cases_lib.PEER_DECODE[family]}' if with_peer else None
+    measured = _side_by_side(f'{TX}:decode', peer, dict(spec, batch=batch), threads=threads,
+                             rounds=rounds, say=say, label=f'{case.name} decode batch {batch}',
+                             metric='new_tokens_per_s')
+    _rounds(out, f'decode_b{batch}', measured, 'new_tokens_per_s')
   return out
 
 
 def run(cases, *, peers: bool = True, threads: int = 2, say=print, ceiling_n: int = 2048,
-        ablate_attention: bool = False) -> dict:
+        ablate_attention: bool = False, rounds: int = 1) -> dict:
   """Measures every case; returns the JSON document (machine with its host, ceilings, cases,
   targets, `gemms`: the decoder and encoder training steps' products timed alone by XLA and
   by torch, labelled 'case: product', `step_gemms`: {case: [[product, m, k, n, times per
@@ -98,7 +133,10 @@ def run(cases, *, peers: bool = True, threads: int = 2, say=print, ceiling_n: in
   backward timed alone, and `step_attention`: {case: [batch, length, heads, head_dim,
   causal, layers]}). ablate_attention: each decoder and encoder case also trains with its
   attention replaced by a stand-in on both sides (cases' tx_train_ablated,
-  peer_train_ablated): what attention costs inside each framework's step."""
+  peer_train_ablated): what attention costs inside each framework's step. rounds > 1:
+  every training and decoding measurement runs that many times, tx and the peer in turn;
+  each side's median run is reported, and every round's tokens/s is kept (`*_rounds`) for
+  the spread of the ratio (`report.rounds_lines`)."""
   start = time.time()
   info = machine(threads)
   say(host.summary(info['host']))
@@ -117,14 +155,14 @@ def run(cases, *, peers: bool = True, threads: int = 2, say=print, ceiling_n: in
   for case in cases:
     try:
       results[case.name] = _measure_case(case, peers=peers, threads=threads, say=say,
-                                         ablate=ablate_attention)
+                                         ablate=ablate_attention, rounds=rounds)
     except BenchError as e:
       say(f'{case.name}: FAILED: {e}')
       results[case.name] = {'spec': case.spec, 'error': str(e)}
   ceilings.append(run_isolated(f'{TX}:ceiling', ceiling_spec, threads=threads))
   ceiling = {d: max(c[f'{d}_flops'] for c in ceilings) for d in ('float32', 'bfloat16')}
   doc = {'machine': info, 'ceilings': ceilings, 'ceiling': ceiling,
-         'cases': results, 'wall_s': time.time() - start}
+         'cases': results, 'rounds': rounds, 'wall_s': time.time() - start}
   if peers and any(c.peer for c in cases):
     peer = run_isolated(f'{PEERS}:ceiling', dict(ceiling_spec, **parts), threads=threads)
     doc['peer_ceiling'] = {d: peer[f'{d}_flops'] for d in ('float32', 'bfloat16')}
@@ -174,10 +212,12 @@ def cli(args) -> int:
                     'another path')
   if args.threads < 1:
     raise UserError(f'--threads must be >= 1, got {args.threads}')
+  if args.rounds < 1:
+    raise UserError(f'--rounds must be >= 1, got {args.rounds}')
   say = (lambda *a, **k: None) if args.quiet else (lambda m: print(m, file=sys.stderr, flush=True))
   doc = run(chosen, peers=peers, threads=args.threads, say=say,
             ceiling_n=512 if args.quick else 2048,
-            ablate_attention=args.ablate_attention)
+            ablate_attention=args.ablate_attention, rounds=args.rounds)
   print(report.table(doc))
   with open(args.json, 'w', encoding='utf-8') as f:
     json.dump(doc, f, indent=1)
