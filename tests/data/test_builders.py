@@ -5,6 +5,7 @@ import importlib.util
 import json
 import logging
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -198,6 +199,15 @@ def test_builders_prepare_without_tensorflow(tmp_path):
   prepare(pairs)
   assert len(text.as_data_source('train')) == 1 and len(pairs.as_data_source('train')) == 2
   assert sys.modules.get('tensorflow') is None
+
+
+def test_a_builder_for_unprepared_data_leaves_no_temporary_folder(tmp_path, monkeypatch):
+  (tmp_path / 'c.txt').write_text('some text\n' * 5)
+  scratch = tmp_path / 'scratch'
+  scratch.mkdir()
+  monkeypatch.setattr(tempfile, 'tempdir', str(scratch))  # where mkdtemp() would put one
+  text_builder([tmp_path / 'c.txt'], label='c', data_dir=tmp_path / 'tfds')
+  assert list(scratch.iterdir()) == []
 
 
 def test_text_builder_rejects_missing_input_before_writing(tmp_path):

@@ -138,6 +138,16 @@ def require_nonempty(splits: dict[str, Any], setting: str, what: str):
                       f'(or a different split setting)')
 
 
+class _LocalInfo(tfds.core.DatasetInfo):
+  """DatasetInfo of a tx builder: its data is always prepared locally, never on GCS."""
+
+  def initialize_from_bucket(self) -> None:
+    # TFDS's version makes a temporary folder before it looks for the dataset on GCS and
+    # leaves it behind when there is nothing there: one empty /tmp/tmp*tfds per builder
+    # made for unprepared data.
+    pass
+
+
 class TxBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
   """Base of tx builders: Text features, generation order kept, UTF-8 counts kept."""
   VERSION = tfds.core.Version(VERSION)
@@ -149,7 +159,7 @@ class TxBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
     self.replacements: dict[str, int] = {}
 
   def _info(self) -> tfds.core.DatasetInfo:
-    return tfds.core.DatasetInfo(
+    return _LocalInfo(
         builder=self,
         description=self.DESCRIPTION,
         features=tfds.features.FeaturesDict(
