@@ -37,6 +37,8 @@ def test_report_ratios_mfu_and_targets():
   assert by['compile_24l', 'compile s / 2-layer']['tx'] == pytest.approx(1.4)
   met = {t['target']: t['met'] for t in doc['targets']}
   assert met['decoder train tokens/s >= 1.5x peer (6L)'] is True
+  assert met['decoder train tokens/s >= 1.0x peer (6L, float32)'] is True
+  assert met['decoder train tokens/s >= 1.0x peer (baby, float32)'] is None  # not measured
   assert met['train peak memory <= 0.6x peer (6L)'] is True
   assert met['cached decode >= 2x generate (batch 1)'] is True
   assert met['cached decode >= 2x generate (batch 8)'] is None  # not measured
@@ -152,6 +154,9 @@ def test_rounds_alternate_the_sides_and_report_each_sides_median_run(monkeypatch
   target = next(t for t in doc['targets'] if t['target'].endswith('(6L)')
                 and 'train tokens/s' in t['target'])
   assert (target['met'], target['rounds'], target['rounds_met']) == (True, 3, 1)
+  floor = next(t for t in doc['targets'] if t['target'].endswith('(6L, float32)')
+               and t['target'].startswith('decoder'))
+  assert (floor['met'], floor['rounds'], floor['rounds_met']) == (True, 3, 3)
   text = report.table(dict(doc, machine={'processor': 'cpu', 'platform': 'x', 'cpu_count': 2,
                                          'threads': 2, 'jax': '0'}))
   assert 'gpt_6l train tokens/s: tx 100-300, peer 100-160, tx/peer 1.00-3.00x' in text
