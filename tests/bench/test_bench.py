@@ -161,7 +161,7 @@ def test_rounds_alternate_the_sides_and_report_each_sides_median_run(monkeypatch
                                          'threads': 2, 'jax': '0'}))
   assert 'gpt_6l train tokens/s: tx 100-300, peer 100-160, tx/peer 1.00-3.00x' in text
   assert 'gpt_6l decode b1 tokens/s: tx 30.0-90.0, peer 20.0-40.0, tx/peer 1.50-2.40x' in text
-  assert 'held in 1 of 3 rounds' in text
+  assert 'decoder train tokens/s >= 1.5x peer (6L): 2.00 (>= 1.5, held in 1 of 3 rounds)' in text
 
 
 def _hlo_size(layers: int) -> int:

@@ -334,6 +334,7 @@ def table(doc: dict) -> str:
     sign = '>=' if t['kind'] == 'min' else '<='
     held = (f', held in {t["rounds_met"]} of {t["rounds"]} rounds' if t.get('rounds')
             else '')
-    lines.append(f'  {status:<12} {t["target"]}: {_fmt(t["value"])} ({sign} {t["bound"]}'
+    value = '-' if t['value'] is None else f'{t["value"]:.2f}'  # a ratio: 1.00, not 1
+    lines.append(f'  {status:<12} {t["target"]}: {value} ({sign} {t["bound"]}'
                  f'{held})' + (f' [{t["note"]}]' if t.get('note') else ''))
   return '\n'.join(lines)
