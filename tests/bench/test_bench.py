@@ -321,3 +321,11 @@ def test_bf16_targets_are_not_judged_without_bf16_arithmetic():
   bf16 = [t for t in doc['targets'] if t['target'] in {b[0] for b in report.BF16_TARGETS}]
   assert len(bf16) == 3 and all(t['met'] is None and t['note'] == report.NO_BF16 for t in bf16)
   assert 'no bf16 arithmetic on this host' in report.table(doc)
+  # measured over rounds, a target that is not judged gets no count of rounds held either
+  doc['cases']['gpt_6l_bf16'].update(tx_train_rounds=[3200.0, 3100.0],
+                                     peer_train_rounds=[1600.0, 3300.0])
+  doc['rows'] = report.rows(doc)
+  doc['targets'] = report.targets(doc)
+  peer_target = next(t for t in doc['targets'] if t['target'].endswith('peer in bf16 (6L)'))
+  assert 'rounds' not in peer_target
+  assert not [l for l in report.table(doc).splitlines() if 'bf16 (6L)' in l and 'held in' in l]

@@ -121,11 +121,11 @@ def targets(doc: dict) -> list[dict]:
     met = None if value is None else (value >= bound if kind == 'min' else value <= bound)
     row = {'target': label, 'value': value, 'bound': bound, 'kind': kind, 'met': met}
     paired = r.get('ratio_rounds') if r is not None and r['ratio'] is not None else None
-    if paired:  # the same bound on each round's own tx / peer ratio
-      row.update(rounds=len(paired), rounds_met=sum(
-          (x >= bound if kind == 'min' else x <= bound) for x in paired))
     if (label, case, metric, kind, bound) in BF16_TARGETS and not bf16_host:
       row.update(met=None, note=NO_BF16)
+    elif paired:  # the same bound on each round's own tx / peer ratio
+      row.update(rounds=len(paired), rounds_met=sum(
+          (x >= bound if kind == 'min' else x <= bound) for x in paired))
     out.append(row)
   return out
 
