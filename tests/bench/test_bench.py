@@ -1,12 +1,13 @@
 """`tx bench`: the report's arithmetic, one real side-by-side run, scan keeps compiles flat."""
 
 import json
+import os
 
 import jax
 import pytest
 
 from tx import cli
-from tx.bench import cases, report, suite, tx_side
+from tx.bench import cases, report, suite, tx_side, worker
 from tx.timing import calls_per_sample
 
 
@@ -124,7 +125,7 @@ def test_rounds_alternate_the_sides_and_report_each_sides_median_run(monkeypatch
   calls, tokens = [], {'tx': iter([300.0, 100.0, 200.0, 90.0, 30.0, 60.0]),
                        'peer': iter([100.0, 100.0, 160.0, 40.0, 20.0, 25.0])}
 
-  def fake_run(target, spec, *, threads):
+  def fake_run(target, spec, *, threads, platform):
     side = 'tx' if target.startswith(suite.TX) else 'peer'
     calls.append((side, target.split(':')[1], spec.get('batch')))
     value = next(tokens[side])
@@ -329,3 +330,49 @@ def test_bf16_targets_are_not_judged_without_bf16_arithmetic():
   peer_target = next(t for t in doc['targets'] if t['target'].endswith('peer in bf16 (6L)'))
   assert 'rounds' not in peer_target
   assert not [l for l in report.table(doc).splitlines() if 'bf16 (6L)' in l and 'held in' in l]
+
+
+def test_a_gpu_run_reports_the_datasheet_mfu_and_device_memory_and_judges_no_cpu_target():
+  doc = _bf16_doc({'avx512_bf16': True, 'amx_bf16': False})
+  doc['machine'].update(measured_on='gpu', device='NVIDIA H100 80GB HBM3')
+  doc['cases']['gpt_6l_bf16']['tx_train']['device_peak_bytes'] = 2e9
+  doc['cases']['gpt_6l_bf16']['peer_train']['device_peak_bytes'] = 4e9
+  doc['rows'] = report.rows(doc)
+  doc['targets'] = report.targets(doc)
+  by = {(r['case'], r['metric']): r for r in doc['rows']}
+  # 100 GFLOP per step in 1.25 s against the H100's 989.4 TFLOP/s bf16 datasheet peak
+  assert by['gpt_6l_bf16', 'train MFU (datasheet)']['tx'] == pytest.approx(80e9 / 989.4e12)
+  assert by['gpt_6l', 'train MFU (datasheet)']['tx'] == pytest.approx(50e9 / 494.7e12)  # TF32
+  assert by['gpt_6l_bf16', 'train peak device GB']['ratio'] == pytest.approx(0.5)
+  assert doc['targets'] == []
+  text = report.table(doc)
+  assert 'measured on the GPU: NVIDIA H100 80GB HBM3' in text and '989 TFLOP/s bf16' in text
+  assert "none judged: issue 9's and 24's targets are CPU targets" in text
+  doc['machine']['device'] = 'a GPU tx has no datasheet for'
+  assert report.gpu_peak(doc) is None
+  assert not [r for r in report.rows(doc) if r['metric'] == 'train MFU (datasheet)']
+
+
+def test_the_gpu_platform_picks_the_gpu_suite_and_environment():
+  assert suite.select(False, None, 'gpu') == cases.GPU
+  assert suite.select(True, None, 'gpu') == cases.QUICK  # --quick: toy sizes anywhere
+  assert {c.spec.get('attention_impl', 'auto') for c in cases.GPU} == {'auto', 'xla'}
+  assert worker.thread_env(2, 'gpu')['JAX_PLATFORMS'] == 'cuda'
+  assert worker.thread_env(2)['JAX_PLATFORMS'] in ('cpu', os.environ.get('JAX_PLATFORMS'))
+  with pytest.raises(ValueError, match='platform must be one of'):
+    worker.thread_env(2, 'tpu')
+
+
+def test_a_gpu_measurement_refuses_to_time_the_cpu():
+  spec = dict(cases.QUICK[0].spec, platform='gpu', threads=2)
+  with pytest.raises(RuntimeError, match='platform gpu: jax runs on'):
+    tx_side.train(spec)
+
+
+def test_bench_platform_gpu_without_a_gpu_is_one_line(monkeypatch, capsys):
+  def no_gpu(target, spec, *, threads, platform):
+    raise suite.BenchError(f'{target} failed (exit 1): RuntimeError: no cuda')
+  monkeypatch.setattr(suite, 'run_isolated', no_gpu)
+  assert cli.main(['bench', '--platform', 'gpu', '--no-peers', '--quiet']) == 2
+  err = capsys.readouterr().err.strip().splitlines()
+  assert len(err) == 1 and '--platform gpu: the first GPU measurement failed' in err[0]

@@ -124,7 +124,7 @@ def test_bench_json_has_the_host(tmp_path, monkeypatch, capsys):
   fake = {'float32_flops': 1e9, 'bfloat16_flops': 2e9, 'compile_s': 1.0, 'tokens_per_s': 10.0,
           'step_time_s': 1.0, 'flops_per_step': 1e8, 'peak_rss_bytes': 1e8,
           'first_step_s': 1.0, 'new_tokens_per_s': 5.0, 'generated_tokens': 8}
-  monkeypatch.setattr(suite, 'run_isolated', lambda target, spec, threads: dict(fake))
+  monkeypatch.setattr(suite, 'run_isolated', lambda target, spec, threads, platform: dict(fake))
   # flags that are XLA's defaults anyway, in case this call starts the backend
   monkeypatch.setenv('XLA_FLAGS', '--xla_cpu_enable_fast_math=false '
                      '--xla_force_host_platform_device_count=1')

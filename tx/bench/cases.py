@@ -3,8 +3,9 @@
 A case is a spec (tx/bench/tx_side.py lists the keys) and the kinds measured on it:
 'train' (tx_side.train vs the peer's train step), 'decode' (greedy decoding per batch size),
 'compile' (compile seconds of the train step). `SUITE` is the full run; `QUICK` the same
-structure at toy sizes (seconds; what the tests run). A spec's `float32_case` names the
-float32 case a bf16 case is compared with (the report's 'bf16 / float32 tokens/s').
+structure at toy sizes (seconds; what the tests run); `GPU` the run of `--platform gpu`.
+A spec's `float32_case` names the float32 case a bf16 case is compared with (the report's
+'bf16 / float32 tokens/s').
 """
 
 from __future__ import annotations
@@ -28,8 +29,8 @@ class Case:
 
 
 def _gpt(layers, heads, d, ctx, batch, **kw):
-  return dict(family='decoder', layers=layers, heads=heads, d_model=d, d_ff=4 * d, vocab=65,
-              ctx=ctx, batch=batch, **kw)
+  return {**dict(family='decoder', layers=layers, heads=heads, d_model=d, d_ff=4 * d, vocab=65,
+                 ctx=ctx, batch=batch), **kw}
 
 
 def _bert(layers, heads, d, ctx, batch, **kw):
@@ -86,6 +87,32 @@ SUITE = (
     Case('compile_24l_unscanned', _gpt(24, 6, 384, 256, 8), kinds=('compile',), peer=False,
          note='for contrast: 24 layers unrolled'),
 )
+
+# `tx bench --platform gpu`. A step takes milliseconds, so more of them are timed. Each
+# shape runs in bf16 twice: tx's default attention ('auto': cuDNN's fused kernel on a GPU)
+# and XLA's (attention_impl='xla'), so the report shows what cuDNN is worth inside the step.
+# The 6-layer shapes are the CPU suite's (tx's defaults: unscanned, no remat); GPT-2 small
+# (124M, ctx 1024) is a size that keeps the GPU busy. float32 products run in TF32 on both
+# sides (XLA's default on a GPU; the peer sets torch's matmul precision to match).
+_GPU_STEPS = dict(steps=30, warmup=5)
+_GPT2_SMALL = (12, 12, 768, 1024, 16)
+GPU = (
+    Case('gpt_6l', _gpt(6, 6, 384, 256, 64, **_GPU_STEPS, **_DECODE),
+         kinds=('train', 'decode'), decode_batches=(1, 8), note='float32 (TF32 products)'),
+    Case('gpt_6l_bf16', _gpt(6, 6, 384, 256, 64, dtype='bfloat16', float32_case='gpt_6l',
+                             **_GPU_STEPS), note='attention: cuDNN'),
+    Case('gpt_6l_bf16_xla', _gpt(6, 6, 384, 256, 64, dtype='bfloat16', float32_case='gpt_6l',
+                                 attention_impl='xla', **_GPU_STEPS), peer=False,
+         note="attention: XLA's"),
+    Case('bert_6l_bf16', _bert(6, 6, 384, 256, 64, dtype='bfloat16', **_GPU_STEPS),
+         note='attention: cuDNN'),
+    Case('gpt2_small_bf16', _gpt(*_GPT2_SMALL, vocab=50304, dtype='bfloat16', steps=20,
+                                 warmup=3), note='GPT-2 small; attention: cuDNN'),
+    Case('gpt2_small_bf16_xla', _gpt(*_GPT2_SMALL, vocab=50304, dtype='bfloat16',
+                                     attention_impl='xla', steps=20, warmup=3), peer=False,
+         note="GPT-2 small; attention: XLA's"),
+)
+
 
 def step_gemms(spec: dict) -> tuple:
   """The dense products of a decoder or encoder case's training step, to time alone in both

@@ -32,6 +32,21 @@ BF16_TARGETS = (
      1.0),
 )
 NO_BF16 = 'no bf16 arithmetic on this host (no avx512_bf16 / AMX): bf16 targets not judged'
+# Datasheet dense peaks, FLOP/s (bf16, TF32), by a name jax's device_kind contains; first match
+# wins (the H100's PCIe card is slower than the SXM 'HBM3' one). float32 products run in TF32
+# on a GPU (XLA's default), so a float32 case's datasheet MFU is against the TF32 peak.
+GPU_PEAKS = (('H100 PCIe', {'bfloat16': 756e12, 'float32': 378e12}),
+             ('H100', {'bfloat16': 989.4e12, 'float32': 494.7e12}),
+             ('H200', {'bfloat16': 989.4e12, 'float32': 494.7e12}),
+             ('A100', {'bfloat16': 312e12, 'float32': 156e12}))
+
+
+def gpu_peak(doc: dict) -> dict | None:
+  """The datasheet peaks of a GPU run's device, or None (a CPU run, an unknown GPU)."""
+  m = doc.get('machine') or {}
+  if m.get('measured_on') != 'gpu':
+    return None
+  return next((p for name, p in GPU_PEAKS if name in (m.get('device') or '')), None)
 
 
 def _ratio(a, b):
@@ -39,7 +54,7 @@ def _ratio(a, b):
 
 
 def _mfu(train: dict | None, spec: dict, ceiling: dict):
-  if not train:
+  if not train or not ceiling:
     return None
   return train['flops_per_step'] / train['step_time_s'] / ceiling[spec.get('dtype', 'float32')]
 
@@ -47,7 +62,7 @@ def _mfu(train: dict | None, spec: dict, ceiling: dict):
 def rows(doc: dict) -> list[dict]:
   """One row per (case, metric): tx value, peer value, tx / peer."""
   out = []
-  ceiling = doc['ceiling']
+  ceiling, peak = doc['ceiling'], gpu_peak(doc)
   compile_2l = doc['cases'].get('compile_2l', {}).get('tx_compile', {}).get('compile_s')
 
   def add(case, metric, tx, peer=None, ratio='auto', rounds=None):
@@ -73,8 +88,14 @@ def rows(doc: dict) -> list[dict]:
       # MFU: the ratio is the value itself (tx), the peer's MFU is shown beside it.
       add(name, 'train MFU', _mfu(txt, spec, ceiling), peer and _mfu(
           dict(peer, flops_per_step=txt['flops_per_step']), spec, ceiling), ratio=None)
+      if peak:
+        add(name, 'train MFU (datasheet)', _mfu(txt, spec, peak), peer and _mfu(
+            dict(peer, flops_per_step=txt['flops_per_step']), spec, peak), ratio=None)
       add(name, 'train peak RSS GB', txt['peak_rss_bytes'] / GB,
           peer and peer['peak_rss_bytes'] / GB)
+      if 'device_peak_bytes' in txt:
+        add(name, 'train peak device GB', txt['device_peak_bytes'] / GB,
+            peer and peer.get('device_peak_bytes', 0) / GB or None)
       add(name, 'compile / first step s', txt['compile_s'], peer and peer['first_step_s'],
           ratio=None)
     ablated, peer_ablated = c.get('tx_train_ablated'), c.get('peer_train_ablated')
@@ -112,6 +133,8 @@ def targets(doc: dict) -> list[dict]:
   """Each target with the measured value (tx / peer, or the value itself) and met or not
   (None when the suite did not measure it, or for a bf16 target on a host without bf16
   arithmetic: `note` says so)."""
+  if (doc.get('machine') or {}).get('measured_on') == 'gpu':
+    return []  # issue 9's and 24's targets are CPU targets
   by = {(r['case'], r['metric']): r for r in doc['rows']}
   bf16_host = has_bf16_arithmetic(doc) is not False
   out = []
@@ -293,11 +316,16 @@ def _fmt(x) -> str:
 def table(doc: dict) -> str:
   """The human-readable report: machine and host, ceilings, one line per row, then the targets."""
   m, c = doc['machine'], doc['ceiling']
+  gpu = m.get('measured_on') == 'gpu'
   lines = [f'tx bench: {m["processor"] or m["platform"]}, {m["cpu_count"]} CPUs, '
            f'{m["threads"]} threads, jax {m["jax"]}' + (f', torch {m["torch"]}' if 'torch' in m
                                                         else ''),
            f'matmul ceiling: {c["float32"] / 1e9:.1f} GFLOP/s float32, '
            f'{c["bfloat16"] / 1e9:.1f} GFLOP/s bf16 (max of start / end medians)',
+           *([f'measured on the GPU: {m.get("device")} (float32 products in TF32 on both '
+              'sides)' + (f'; datasheet peaks {gpu_peak(doc)["bfloat16"] / 1e12:.0f} TFLOP/s '
+                          f'bf16, {gpu_peak(doc)["float32"] / 1e12:.0f} TF32'
+                          if gpu_peak(doc) else '')] if gpu else []),
            f'GLIBC_TUNABLES for every measurement: {m.get("glibc_tunables") or "(unset)"}']
   if m.get('host'):
     lines += host.summary(m['host']).splitlines()
@@ -328,6 +356,8 @@ def table(doc: dict) -> str:
   if arithmetic:
     lines += ['', 'GEMM ceilings and the 1.5x target:'] + [f'  {a}' for a in arithmetic]
   lines += ['', 'targets:']
+  if gpu:
+    lines.append("  none judged: issue 9's and 24's targets are CPU targets")
   for t in doc['targets']:
     status = {True: 'met', False: 'MISSED', None: 'not judged' if t.get('note')
               else 'not measured'}[t['met']]

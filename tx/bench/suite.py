@@ -6,6 +6,7 @@
     tx bench --no-peers              # tx only (no torch needed)
     tx bench --only bert --ablate-attention   # + each side's step with attention stubbed out
     tx bench --only gpt_baby --rounds 5     # 5 rounds, tx and the peer in turn: the ratio's spread
+    tx bench --platform gpu          # the GPU suite (cases.GPU) on the first CUDA device
 
 Every measurement runs in its own process pinned to `--threads` threads (tx and the peer
 alike), one after the other, so ratios are taken side by side on the same machine state.
@@ -20,6 +21,12 @@ model FLOPs per second (tx/train/flops.py: 6·N·tokens + attention; the peer's 
 formula for the same architecture) by the larger of the two medians.
 The report and the JSON (`machine.host`) name the host: CPU model, ISA flags, caches,
 memory, XLA_FLAGS and versions (tx/bench/host.py).
+
+With `--platform gpu` every measurement runs on the first GPU (jax with JAX_PLATFORMS=cuda,
+torch on 'cuda'); the ceilings are 8192^3 products, the CPU-only diagnoses (the step's
+products and attention timed alone) are skipped, the report adds MFU against the GPU's
+datasheet bf16 peak where it knows the GPU, and issue 9's / 24's targets (CPU targets) are
+not judged.
 """
 
 from __future__ import annotations
@@ -45,9 +52,9 @@ def _matches(name: str, patterns) -> bool:
   return not patterns or any(p in name or fnmatch.fnmatch(name, p) for p in patterns)
 
 
-def select(quick: bool, only=None) -> tuple[cases_lib.Case, ...]:
+def select(quick: bool, only=None, platform: str = 'cpu') -> tuple[cases_lib.Case, ...]:
   """The cases to run; an `only` pattern that matches nothing is an error."""
-  pool = cases_lib.QUICK if quick else cases_lib.SUITE
+  pool = cases_lib.QUICK if quick else cases_lib.GPU if platform == 'gpu' else cases_lib.SUITE
   chosen = tuple(c for c in pool if _matches(c.name, only))
   if not chosen:
     names = ', '.join(c.name for c in pool)
@@ -81,7 +88,8 @@ def _rounds(out: dict, key: str, runs: dict[str, list[dict]], metric: str) -> No
 
 
 def _side_by_side(tx_target: str, peer_target: str | None, spec: dict, *, threads: int,
-                  rounds: int, say, label: str, metric: str) -> dict[str, list[dict]]:
+                  rounds: int, say, label: str, metric: str,
+                  platform: str = 'cpu') -> dict[str, list[dict]]:
   """`rounds` rounds of tx then the peer (each in its own process): {side: [run per round]}.
 
   Alternating the two sides round by round puts each pair of measurements side by side in
@@ -91,19 +99,20 @@ def _side_by_side(tx_target: str, peer_target: str | None, spec: dict, *, thread
     tag = f' (round {i + 1}/{rounds})' if rounds > 1 else ''
     for side, target in (('tx', tx_target), ('peer', peer_target)):
       if target:
-        runs[side].append(run_isolated(target, spec, threads=threads))
+        runs[side].append(run_isolated(target, spec, threads=threads, platform=platform))
         say(f'{label}: {side} {runs[side][-1][metric]:,.0f} tokens/s{tag}')
   return runs
 
 
 def _measure_case(case, *, peers: bool, threads: int, say, ablate: bool = False,
-                  rounds: int = 1) -> dict:
+                  rounds: int = 1, platform: str = 'cpu') -> dict:
   out = {'spec': case.spec, 'note': case.note}
   spec = case.spec
   family = spec['family']
   with_peer = peers and case.peer
   if 'compile' in case.kinds:
-    out['tx_compile'] = run_isolated(f'{TX}:compile_time', spec, threads=threads)
+    out['tx_compile'] = run_isolated(f'{TX}:compile_time', spec, threads=threads,
+                                     platform=platform)
     say(f'{case.name}: compiled in {out["tx_compile"]["compile_s"]:.1f}s')
   if 'train' in case.kinds:
     # with ablate, each side trains once more with its attention stubbed out (out = v)
@@ -113,19 +122,19 @@ def _measure_case(case, *, peers: bool, threads: int, say, ablate: bool = False,
     for suffix, s in runs:
       label = f'{case.name}{" without attention" if suffix else ""}'
       measured = _side_by_side(f'{TX}:train', peer, s, threads=threads, rounds=rounds,
-                               say=say, label=label, metric='tokens_per_s')
+                               say=say, label=label, metric='tokens_per_s', platform=platform)
       _rounds(out, f'train{suffix}', measured, 'tokens_per_s')
   for batch in case.decode_batches:
     peer = f'{PEERS}:{cases_lib.PEER_DECODE[family]}' if with_peer else None
     measured = _side_by_side(f'{TX}:decode', peer, dict(spec, batch=batch), threads=threads,
                              rounds=rounds, say=say, label=f'{case.name} decode batch {batch}',
-                             metric='new_tokens_per_s')
+                             metric='new_tokens_per_s', platform=platform)
     _rounds(out, f'decode_b{batch}', measured, 'new_tokens_per_s')
   return out
 
 
 def run(cases, *, peers: bool = True, threads: int = 2, say=print, ceiling_n: int = 2048,
-        ablate_attention: bool = False, rounds: int = 1) -> dict:
+        ablate_attention: bool = False, rounds: int = 1, platform: str = 'cpu') -> dict:
   """Measures every case; returns the JSON document (machine with its host, ceilings, cases,
   targets, `gemms`: the decoder and encoder training steps' products timed alone by XLA and
   by torch, labelled 'case: product', `step_gemms`: {case: [[product, m, k, n, times per
@@ -136,17 +145,27 @@ def run(cases, *, peers: bool = True, threads: int = 2, say=print, ceiling_n: in
   peer_train_ablated): what attention costs inside each framework's step. rounds > 1:
   every training and decoding measurement runs that many times, tx and the peer in turn;
   each side's median run is reported, and every round's tokens/s is kept (`*_rounds`) for
-  the spread of the ratio (`report.rounds_lines`)."""
+  the spread of the ratio (`report.rounds_lines`). platform 'gpu': every measurement on the
+  first GPU, without the products and attention timed alone (CPU diagnoses)."""
   start = time.time()
-  info = machine(threads)
+  info = machine(threads, platform)
   say(host.summary(info['host']))
   ceiling_spec = {'n': ceiling_n, 'repeats': 10}
-  step_gemms = cases_lib.gemm_cases(cases)
-  step_attention = cases_lib.attention_cases(cases)
+  gpu = platform == 'gpu'
+  step_gemms = {} if gpu else cases_lib.gemm_cases(cases)
+  step_attention = {} if gpu else cases_lib.attention_cases(cases)
   parts = {'gemms': [[f'{case}: {label}', m, k, n, t] for case, products in step_gemms.items()
                      for label, m, k, n, t, _ in products],
            'attention': [[case, *shape] for case, shape in step_attention.items()]}
-  ceilings = [run_isolated(f'{TX}:ceiling', dict(ceiling_spec, **parts), threads=threads)]
+  try:
+    ceilings = [run_isolated(f'{TX}:ceiling', dict(ceiling_spec, **parts), threads=threads,
+                             platform=platform)]
+  except BenchError as e:
+    if gpu:  # the first measurement is the check that jax sees a GPU
+      raise UserError(f'--platform gpu: the first GPU measurement failed ({e}); install a CUDA '
+                      'build of jax, or leave --platform out') from None
+    raise
+  info['device'] = ceilings[0].pop('device', None)
   gemm_rates = {'tx': ceilings[0].pop('gemms', {})}
   attention = {'tx': ceilings[0].pop('attention', {})}
   say(f'matmul ceiling: {ceilings[0]["float32_flops"] / 1e9:.1f} GFLOP/s float32, '
@@ -155,16 +174,20 @@ def run(cases, *, peers: bool = True, threads: int = 2, say=print, ceiling_n: in
   for case in cases:
     try:
       results[case.name] = _measure_case(case, peers=peers, threads=threads, say=say,
-                                         ablate=ablate_attention, rounds=rounds)
+                                         ablate=ablate_attention, rounds=rounds,
+                                         platform=platform)
     except BenchError as e:
       say(f'{case.name}: FAILED: {e}')
       results[case.name] = {'spec': case.spec, 'error': str(e)}
-  ceilings.append(run_isolated(f'{TX}:ceiling', ceiling_spec, threads=threads))
+  ceilings.append(run_isolated(f'{TX}:ceiling', ceiling_spec, threads=threads,
+                               platform=platform))
+  ceilings[-1].pop('device', None)
   ceiling = {d: max(c[f'{d}_flops'] for c in ceilings) for d in ('float32', 'bfloat16')}
   doc = {'machine': info, 'ceilings': ceilings, 'ceiling': ceiling,
          'cases': results, 'rounds': rounds, 'wall_s': time.time() - start}
   if peers and any(c.peer for c in cases):
-    peer = run_isolated(f'{PEERS}:ceiling', dict(ceiling_spec, **parts), threads=threads)
+    peer = run_isolated(f'{PEERS}:ceiling', dict(ceiling_spec, **parts), threads=threads,
+                        platform=platform)
     doc['peer_ceiling'] = {d: peer[f'{d}_flops'] for d in ('float32', 'bfloat16')}
     gemm_rates['peer'] = peer.get('gemms', {})
     attention['peer'] = peer.get('attention', {})
@@ -180,15 +203,17 @@ def run(cases, *, peers: bool = True, threads: int = 2, say=print, ceiling_n: in
   return doc
 
 
-def machine(threads: int) -> dict:
-  """Where the run measured: versions, thread count, and `host` (tx/bench/host.py: CPU, ISA,
-  caches, memory, the XLA_FLAGS every measurement gets)."""
-  import jax  # pylint: disable=g-import-not-at-top  (start-up: the parent of the measurements stays light)
+def machine(threads: int, device_platform: str = 'cpu') -> dict:
+  """Where the run measured: versions, thread count, the platform measured ('cpu' | 'gpu'),
+  and `host` (tx/bench/host.py: CPU, ISA, caches, memory, the XLA_FLAGS every measurement
+  gets). `run` adds 'device' (jax's device_kind) from the first measurement: this process
+  does not start a backend, which on a GPU would take the memory the measurements need."""
+  env = thread_env(threads, device_platform)
+  probed = host.probe(env)
   info = {'platform': platform.platform(), 'processor': platform.processor(),
           'cpu_count': os.cpu_count(), 'threads': threads, 'python': sys.version.split()[0],
-          'jax': jax.__version__, 'device': str(jax.devices()[0].device_kind),
-          'glibc_tunables': thread_env(threads).get('GLIBC_TUNABLES', ''),
-          'host': host.probe(thread_env(threads))}
+          'jax': probed['jax'], 'measured_on': device_platform,
+          'glibc_tunables': env.get('GLIBC_TUNABLES', ''), 'host': probed}
   try:
     import torch  # pylint: disable=g-import-not-at-top  (optional (the interop extra); heavy)
     info['torch'] = torch.__version__
@@ -200,7 +225,7 @@ def machine(threads: int) -> dict:
 def cli(args) -> int:
   """`tx bench` (arguments parsed in tx/cli.py)."""
   try:
-    chosen = select(args.quick, args.only)
+    chosen = select(args.quick, args.only, args.platform)
   except ValueError as e:
     raise UserError(str(e)) from None
   peers = not args.no_peers
@@ -215,9 +240,10 @@ def cli(args) -> int:
   if args.rounds < 1:
     raise UserError(f'--rounds must be >= 1, got {args.rounds}')
   say = (lambda *a, **k: None) if args.quiet else (lambda m: print(m, file=sys.stderr, flush=True))
+  gpu = args.platform == 'gpu'
   doc = run(chosen, peers=peers, threads=args.threads, say=say,
-            ceiling_n=512 if args.quick else 2048,
-            ablate_attention=args.ablate_attention, rounds=args.rounds)
+            ceiling_n=(1024 if args.quick else 8192) if gpu else 512 if args.quick else 2048,
+            ablate_attention=args.ablate_attention, rounds=args.rounds, platform=args.platform)
   print(report.table(doc))
   with open(args.json, 'w', encoding='utf-8') as f:
     json.dump(doc, f, indent=1)

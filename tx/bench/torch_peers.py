@@ -7,8 +7,11 @@ returns a flat dict of numbers. The caller runs each in a fresh process and reco
 peak RSS. torch / transformers are imported inside the functions: tx imports without them.
 All models have float32 weights, random, `torch.set_num_threads(spec['threads'])`; with
 spec['dtype'] == 'bfloat16' the training peers run forward and loss under
-`torch.autocast('cpu', dtype=torch.bfloat16)` (PyTorch's mixed precision on CPU: matmuls in
+`torch.autocast(device, dtype=torch.bfloat16)` (PyTorch's mixed precision: matmuls in
 bf16, float32 weights and optimizer), the counterpart of tx's `model.dtype=bfloat16`.
+spec['platform'] == 'gpu' runs everything on the first CUDA device, with float32 products
+in TF32 (`torch.set_float32_matmul_precision('high')`, what XLA does by default on a GPU),
+and adds device_peak_bytes (torch.cuda.max_memory_allocated) to a training result.
 
 Training peers time one optimizer step = zero_grad, forward + loss, backward,
 clip_grad_norm_(1.0) (GPT-2 and BERT) and optimizer.step(), on one fixed random batch:
@@ -71,9 +74,18 @@ def _torch(spec):
   import torch  # pylint: disable=g-import-not-at-top  (optional (the interop extra); heavy)
   torch.set_num_threads(spec['threads'])
   torch.manual_seed(0)
+  if _device(spec) == 'cuda':
+    if not torch.cuda.is_available():
+      raise RuntimeError('platform gpu: torch sees no CUDA device; install a CUDA build of torch')
+    torch.set_float32_matmul_precision('high')  # TF32 products, as XLA's default on a GPU
   if spec.get('ablate_attention'):
     torch.nn.functional.scaled_dot_product_attention = _attention_stand_in
   return torch
+
+
+def _device(spec) -> str:
+  """torch's device of a spec: 'cuda' for platform 'gpu', else 'cpu'."""
+  return 'cuda' if spec.get('platform') == 'gpu' else 'cpu'
 
 
 def _attention_stand_in(q, k, v, *args, **kwargs):
@@ -94,16 +106,20 @@ def _train(spec, model, step, tokens_per_step):
     raise FloatingPointError(f'non-finite loss {loss}')
   timed = times[spec['warmup']:]
   median = statistics.median(timed)
-  return {'step_time_s': median, 'step_time_min_s': min(timed),
-          'tokens_per_s': tokens_per_step / median, 'first_step_s': times[0],
-          'params': float(sum(p.numel() for p in model.parameters())), 'loss': loss}
+  out = {'step_time_s': median, 'step_time_min_s': min(timed),
+         'tokens_per_s': tokens_per_step / median, 'first_step_s': times[0],
+         'params': float(sum(p.numel() for p in model.parameters())), 'loss': loss}
+  if _device(spec) == 'cuda':
+    import torch  # pylint: disable=g-import-not-at-top  (optional; imported by _torch already)
+    out['device_peak_bytes'] = float(torch.cuda.max_memory_allocated())
+  return out
 
 
 def _precision(torch, spec):
   """The context the forward pass runs in: bf16 autocast for spec['dtype'] == 'bfloat16'."""
   dtype = spec.get('dtype', 'float32')
   if dtype == 'bfloat16':
-    return torch.autocast('cpu', dtype=torch.bfloat16)
+    return torch.autocast(_device(spec), dtype=torch.bfloat16)
   if dtype != 'float32':
     raise ValueError(f"the peers run float32 or bfloat16, not {dtype!r}")
   return contextlib.nullcontext()
@@ -118,17 +134,23 @@ def _optimizer_step(torch, spec, model, opt, loss_fn, clip):
     if clip:
       torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     opt.step()
-    return loss.item()
+    return loss.item()  # waits for the device: the step's time is its own
   return step
 
 
 def _decode(spec, run):
-  """One untimed call, then `repeats` timed ones; run() returns the new tokens per row."""
+  """One untimed call, then `repeats` timed ones, each until the device is done; run()
+  returns the new tokens per row."""
+  wait = lambda: None
+  if _device(spec) == 'cuda':
+    import torch  # pylint: disable=g-import-not-at-top  (optional; imported by _torch already)
+    wait = torch.cuda.synchronize
   generated = run()
   times = []
   for _ in range(spec['repeats']):
     t0 = time.perf_counter()
     run()
+    wait()
     times.append(time.perf_counter() - t0)
   n = spec['batch'] * spec['new']
   return {'new_tokens_per_s': n / min(times),
@@ -159,9 +181,9 @@ def _attn(model, spec):
 
 def gpt2_train(spec):
   torch = _torch(spec)
-  model = _gpt2(spec, spec['ctx']).train()
+  model = _gpt2(spec, spec['ctx']).train().to(_device(spec))
   opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.1, betas=(0.9, 0.99))
-  x = torch.randint(0, spec['vocab'], (spec['batch'], spec['ctx']))
+  x = torch.randint(0, spec['vocab'], (spec['batch'], spec['ctx']), device=_device(spec))
   step = _optimizer_step(torch, spec, model, opt, lambda: model(input_ids=x, labels=x).loss,
                          True)
   attn = _attn(model, spec)  # before the steps: an ablation the model would ignore fails here
@@ -172,7 +194,9 @@ def gpt2_generate(spec):
   torch = _torch(spec)
   # n_positions must hold prompt + new (suite specs share a training ctx that may be shorter)
   model = _gpt2(spec, max(spec.get('ctx', 0), spec['prompt_len'] + spec['new'])).eval()
-  prompt = torch.randint(0, spec['vocab'], (spec['batch'], spec['prompt_len']))
+  model = model.to(_device(spec))
+  prompt = torch.randint(0, spec['vocab'], (spec['batch'], spec['prompt_len']),
+                         device=_device(spec))
   new = spec['new']
 
   def run():
@@ -196,13 +220,13 @@ def bert_train(spec):
       max_position_embeddings=spec['ctx'], hidden_dropout_prob=0.0,
       attention_probs_dropout_prob=0.0, pad_token_id=0,
       attn_implementation=spec.get('attn_implementation', 'sdpa'))
-  model = transformers.BertForMaskedLM(config).train()
+  model = transformers.BertForMaskedLM(config).train().to(_device(spec))
   opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.1, betas=(0.9, 0.99))
   x = torch.randint(0, spec['vocab'], (spec['batch'], spec['ctx']))
   labels = torch.full_like(x, -100).view(-1)
   picked = torch.randperm(x.numel())[:max(1, round(0.15 * x.numel()))]
   labels[picked] = x.view(-1)[picked]
-  labels = labels.view_as(x)
+  x, labels = x.to(_device(spec)), labels.view_as(x).to(_device(spec))
   step = _optimizer_step(torch, spec, model, opt, lambda: model(input_ids=x, labels=labels).loss,
                          True)
   attn = _attn(model, spec)
@@ -237,7 +261,7 @@ def _seq2seq(torch, spec, max_len):
 
     def decode(self, tgt, memory):
       n = tgt.shape[1]
-      mask = nn.Transformer.generate_square_subsequent_mask(n)
+      mask = nn.Transformer.generate_square_subsequent_mask(n, device=tgt.device)
       h = self.core.decoder(self.tgt_emb(tgt) * self.scale + self.pe[:n], memory,
                             tgt_mask=mask, tgt_is_causal=True)
       return h @ self.tgt_emb.weight.T
@@ -248,10 +272,12 @@ def _seq2seq(torch, spec, max_len):
 def seq2seq_train(spec):
   torch = _torch(spec)
   model = _seq2seq(torch, spec, max(spec['src_len'], spec['tgt_len'])).train()
+  model = model.to(_device(spec))
   opt = torch.optim.Adam(model.parameters(), betas=(0.9, 0.98), eps=1e-9)
-  b, v = spec['batch'], spec['vocab']
-  src = torch.randint(0, v, (b, spec['src_len']))
-  tgt = torch.randint(0, v, (b, spec['tgt_len'] + 1))  # decoder input tgt[:, :-1], labels [1:]
+  b, v, device = spec['batch'], spec['vocab'], _device(spec)
+  src = torch.randint(0, v, (b, spec['src_len']), device=device)
+  # decoder input tgt[:, :-1], labels tgt[:, 1:]
+  tgt = torch.randint(0, v, (b, spec['tgt_len'] + 1), device=device)
 
   def loss_fn():
     logits = model.decode(tgt[:, :-1], model.encode(src))
@@ -265,13 +291,14 @@ def seq2seq_decode(spec):
   """Greedy decoding WITHOUT a KV cache (nn.Transformer has none): the honest peer."""
   torch = _torch(spec)
   new = spec['new']
-  model = _seq2seq(torch, spec, max(spec['src_len'], new + 1)).eval()
-  src = torch.randint(0, spec['vocab'], (spec['batch'], spec['src_len']))
+  device = _device(spec)
+  model = _seq2seq(torch, spec, max(spec['src_len'], new + 1)).eval().to(device)
+  src = torch.randint(0, spec['vocab'], (spec['batch'], spec['src_len']), device=device)
 
   def run():
     with torch.inference_mode():
       memory = model.encode(src)
-      out = torch.zeros(spec['batch'], 1, dtype=torch.long)  # start token 0
+      out = torch.zeros(spec['batch'], 1, dtype=torch.long, device=device)  # start token 0
       for _ in range(new):
         nxt = model.decode(out, memory)[:, -1].argmax(-1, keepdim=True)
         out = torch.cat([out, nxt], dim=1)
@@ -288,7 +315,7 @@ def ceiling(spec):
   n, out = spec.get('n', 2048), {}
   dtypes = (('float32', torch.float32), ('bfloat16', torch.bfloat16))
   for name, dtype in dtypes:
-    a = torch.randn(n, n).to(dtype)
+    a = torch.randn(n, n, device=_device(spec)).to(dtype)
     rates = _mm_rates(torch, a, a, spec.get('repeats', 10))
     out[f'{name}_flops'] = statistics.median(rates)
     out[f'{name}_flops_best'] = max(rates)
@@ -338,15 +365,19 @@ def _mm_rates(torch, a, b, reps):
   """FLOP/s of `reps` timed samples of torch.mm(a, b) after one untimed call, each sample
   as many calls back to back as tx's side runs (tx.timing)."""
   from tx.timing import calls_per_sample  # pylint: disable=g-import-not-at-top
+  wait = torch.cuda.synchronize if a.is_cuda else (lambda: None)
   torch.mm(a, b)
+  wait()
   t0 = time.perf_counter()
   torch.mm(a, b)
+  wait()
   calls = calls_per_sample(time.perf_counter() - t0)
   rates = []
   for _ in range(reps):
     t0 = time.perf_counter()
     for _ in range(calls):
       torch.mm(a, b)
+    wait()
     rates.append(2 * a.shape[0] * a.shape[1] * b.shape[1] * calls / (time.perf_counter() - t0))
   return rates
 

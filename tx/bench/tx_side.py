@@ -16,7 +16,10 @@ Spec keys: family, layers (enc_layers, dec_layers), heads, d_model, d_ff, vocab,
 (src_len, tgt_len), batch, steps, warmup, dtype ('float32' | 'bfloat16'), scan, remat,
 ablate_attention (train: every attention replaced by `attention_stand_in`; the peer does
 the same, so the two steps' times with and without it give what attention costs in each);
-decoding: prompt_len, new, repeats.
+attention_impl (model.attention_impl: 'auto', the default, takes cuDNN on a GPU in bf16;
+'xla' forces XLA's); decoding: prompt_len, new, repeats. platform ('cpu' | 'gpu', set by
+tx/bench/worker.py): a 'gpu' measurement refuses to run on anything but a GPU, and adds
+device_peak_bytes (the allocator's high-water mark) to a training result.
 """
 
 from __future__ import annotations
@@ -76,7 +79,9 @@ def model_config(spec: dict) -> ModelConfig:
                      num_heads=spec['heads'], d_ff=spec['d_ff'],
                      max_len=max(spec.get('max_len', 0), *lengths),
                      dtype=spec.get('dtype', 'float32'), scan_layers=spec.get('scan', False),
-                     remat=spec.get('remat', 'none'), **layers, **_ARCH[family])
+                     remat=spec.get('remat', 'none'),
+                     attention_impl=spec.get('attention_impl', 'auto'), **layers,
+                     **_ARCH[family])
 
 
 def experiment(spec: dict) -> ExperimentConfig:
@@ -103,6 +108,20 @@ def synthetic_batch(spec: dict, task_name: str, seed: int = 0) -> dict[str, np.n
     return {'inputs': seq[:, 1:], 'targets': seq[:, 1:], 'weights': weights}
   return {'inputs': seq[:, :-1], 'targets': seq[:, 1:],
           'weights': np.ones(seq[:, 1:].shape, np.float32)}
+
+
+def _check_platform(spec: dict) -> None:
+  """A measurement meant for the GPU must not quietly time the CPU."""
+  if spec.get('platform') == 'gpu' and jax.default_backend() != 'gpu':
+    raise RuntimeError(f'platform gpu: jax runs on {jax.default_backend()!r}; install a CUDA '
+                       "build of jax (pip install 'jax[cuda13]')")
+
+
+def _device_peak() -> dict[str, float]:
+  """{'device_peak_bytes': the device allocator's high-water mark}, where it keeps one (GPU)."""
+  stats = jax.devices()[0].memory_stats() or {}
+  return {'device_peak_bytes': float(stats['peak_bytes_in_use'])} if (
+      'peak_bytes_in_use' in stats) else {}
 
 
 def _timed(fn, n: int) -> list[float]:
@@ -191,6 +210,7 @@ def train(spec: dict) -> dict:
   tokens/s counts the tokens the loss is taken on per step (decoder: batch x ctx; seq2seq:
   batch x tgt_len) except MLM, which counts every input token (batch x ctx) as the peer does.
   """
+  _check_platform(spec)
   with _attention(spec):
     compiled, state, batch, cfg, task, compile_s = compiled_train_step(spec)
   holder = {'state': state}
@@ -214,11 +234,12 @@ def train(spec: dict) -> dict:
               flops_per_step=flops, model_flops_per_s=flops / median,
               params=float(sum(x.size for x in jax.tree_util.tree_leaves(params))),
               loss=float(metrics['loss_sum'] / max(float(metrics['weight_sum']), 1.0)),
-              **_memory(compiled))
+              **_memory(compiled), **_device_peak())
 
 
 def compile_time(spec: dict) -> dict:
   """Seconds to lower + compile the train step (no step is run; nothing is allocated)."""
+  _check_platform(spec)
   cfg = experiment(spec)
   start = time.perf_counter()
   lowered = lowered_train_step(cfg, spec)
@@ -232,6 +253,7 @@ def compile_time(spec: dict) -> dict:
 def decode(spec: dict) -> dict:
   """Greedy cached decoding of exactly `new` tokens after a `prompt_len` prompt (decoder) or
   from a `src_len` source (encoder-decoder); best and median of `repeats` timed calls."""
+  _check_platform(spec)
   # scan / remat are training choices: decoding runs the plain stack.
   cfg = model_config(dict(spec, max_len=spec.get('prompt_len', 0) + spec['new'] + 1,
                           scan=False, remat='none'))
@@ -257,8 +279,10 @@ def ceiling(spec: dict) -> dict:
   accumulation): the median of `repeats` timed calls, and the best. With spec['gemms']
   (tx/bench/cases.py step_gemms), also each listed product's median FLOP/s per dtype under
   'gemms'; with spec['attention'] ([label, *step_attention]), each one's median seconds of
-  a forward and backward (`attention_seconds`) per dtype under 'attention'."""
-  out = {}
+  a forward and backward (`attention_seconds`) per dtype under 'attention'. 'device' names
+  the device measured (jax's device_kind)."""
+  _check_platform(spec)
+  out = {'device': str(jax.devices()[0].device_kind)}
   dtypes = spec.get('dtypes', ('float32', 'bfloat16'))
   for dtype in dtypes:
     rates = matmul_rates(dtype, spec.get('n', 2048), spec.get('repeats', 10))

@@ -26,31 +26,40 @@ class BenchError(RuntimeError):
   """A measurement process failed; the message holds the tail of its output."""
 
 
-def thread_env(threads: int) -> dict[str, str]:
-  """Environment pinning both frameworks to `threads` CPU threads (one simulated device).
+PLATFORMS = ('cpu', 'gpu')
+
+
+def thread_env(threads: int, platform: str = 'cpu') -> dict[str, str]:
+  """Environment pinning both frameworks to `threads` CPU threads and one device: the CPU
+  (platform 'cpu': JAX_PLATFORMS=cpu unless set) or the first GPU (platform 'gpu':
+  JAX_PLATFORMS=cuda; torch's side reads spec['platform']).
 
   It also sets tx's glibc malloc tunables (tx/malloc_tuning.py) where they apply, for tx
   and the peer alike; `TX_MALLOC_TUNING=0` measures without.
   """
+  if platform not in PLATFORMS:
+    raise ValueError(f'platform must be one of {PLATFORMS}, got {platform!r}')
   env = dict(os.environ)
   if malloc_tuning.would_help(env):
     env = malloc_tuning.tuned_env(env)
   flags = [f for f in env.get('XLA_FLAGS', '').split()
            if not f.startswith('--xla_force_host_platform_device_count')]
-  env.update(XLA_FLAGS=' '.join(flags), JAX_PLATFORMS=env.get('JAX_PLATFORMS', '') or 'cpu',
+  jax_platforms = 'cuda' if platform == 'gpu' else env.get('JAX_PLATFORMS', '') or 'cpu'
+  env.update(XLA_FLAGS=' '.join(flags), JAX_PLATFORMS=jax_platforms,
              OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
              TX_BENCH_THREADS=str(threads), TF_CPP_MIN_LOG_LEVEL='3')
   return env
 
 
 def run_isolated(target: str, spec: dict, *, threads: int, timeout: float = 1800,
-                 env: dict[str, str] | None = None) -> dict:
-  """Result dict of `target` ('module:function') run on `spec` in a new process; `env`
-  entries are set on top of `thread_env(threads)` (e.g. the XLA_FLAGS `tx tune` times)."""
-  spec = dict(spec, threads=threads)
+                 env: dict[str, str] | None = None, platform: str = 'cpu') -> dict:
+  """Result dict of `target` ('module:function') run on `spec` (with `threads` and
+  `platform` added) in a new process; `env` entries are set on top of
+  `thread_env(threads, platform)` (e.g. the XLA_FLAGS `tx tune` times)."""
+  spec = dict(spec, threads=threads, platform=platform)
   cmd = [sys.executable, '-m', 'tx.bench.worker', target, json.dumps(spec)]
   try:
-    proc = subprocess.run(cmd, env={**thread_env(threads), **(env or {})}, capture_output=True,
+    proc = subprocess.run(cmd, env={**thread_env(threads, platform), **(env or {})}, capture_output=True,
                           text=True, timeout=timeout, check=False)
   except subprocess.TimeoutExpired:
     raise BenchError(f'{target} timed out after {timeout:.0f}s') from None
