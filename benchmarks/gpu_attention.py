@@ -2,20 +2,24 @@
 
     python benchmarks/gpu_attention.py            # needs a CUDA jax; prints two tables
 
-1. Correctness. For a causal mask and a key-padding mask (some rows of keys padded), bf16
-   q, k, v: the output and the gradients of q, k, v from tx's cuDNN path
-   (implementation='cudnn') and tx's XLA path in bf16, each against the XLA path on the same
-   values in float32, as ||x - ref|| / ||ref||. bf16 operands land between 1e-3 and 1e-2;
-   the script exits 1 above 3e-2 or on a NaN.
+1. Correctness. For three masks (causal; causal with some keys padded, as a tx decoder layer
+   builds it; padding alone, as an encoder's), bf16 q, k, v: the output and the gradients of
+   q, k, v from each variant below against tx's XLA path on the same values in float32
+   (float32 products, not TF32), as ||x - ref|| / ||ref||. bf16 operands land between 1e-3
+   and 1e-2; the script exits 1 above 3e-2 or on a NaN.
 2. Speed. One self-attention's forward and backward (jit of the gradient of q, k, v),
    median of 10 samples, at the shapes of `tx bench --platform gpu` (gpt_6l, bert_6l,
-   GPT-2 small), in bf16:
+   GPT-2 small; the decoders with the causal+padding mask), in bf16:
      xla            tx's XLA path, with the causal query blocks a tx layer picks by length;
-     cudnn          tx's cuDNN path (the mask passed as an array: cuDNN reads it as a bias);
+     cudnn          tx's cuDNN path as a layer calls it: the mask passed as an array (cuDNN
+                    reads it as a bias and returns its gradient) and, for a causal layer,
+                    the causal promise (causal_blocks > 1), so cuDNN's causal mode skips the
+                    hidden tiles;
+     cudnn mask     (causal only) the same without the promise: the mask array alone;
      cudnn causal   jax.nn.dot_product_attention(implementation='cudnn', is_causal=True) with
-                    no mask array: cuDNN's own causal mode, which skips the masked half;
-     cudnn lengths  the same with key_value_seq_lengths for the padding mask (no array).
-   The last two say whether tx should hand cuDNN its masks in those forms.
+                    no mask array: cuDNN's own causal mode and nothing else;
+     cudnn lengths  (padding only) key_value_seq_lengths for the padding mask, no array.
+   The last two say what tx would gain by handing cuDNN its masks in those forms.
 """
 
 from __future__ import annotations
@@ -52,24 +56,37 @@ def _valid(batch, length, seed=0):
   return jnp.asarray(np.arange(length)[None, :] < keep[:, None])
 
 
-def _attention(kind: str, causal: bool, length: int):
-  """f(q, k, v, valid) -> [B, L, H, D] for one of the variants of the module doc."""
-  def mask_of(valid):
-    return ops.causal_mask(length) if causal else ops.key_padding_mask(valid)
+def _attention(kind: str, masking: str, length: int):
+  """f(q, k, v, valid) -> [B, L, H, D] for one of the variants of the module doc; masking is
+  'causal', 'causal+padding' (what a tx decoder layer builds) or 'padding' (an encoder's)."""
+  causal = masking.startswith('causal')
 
-  if kind == 'xla':
-    blocks = causal_block_count(0, length) if causal else 1
+  def mask_of(valid):
+    padding = ops.key_padding_mask(valid)
+    if masking == 'causal':
+      return ops.causal_mask(length)
+    return ops.combine_masks(padding, ops.causal_mask(length)) if causal else padding
+
+  blocks = causal_block_count(0, length) if causal else 1  # as a tx layer picks them
+  if kind in ('xla', 'cudnn', 'cudnn mask'):
+    impl, promise = kind.split()[0], kind != 'cudnn mask'
     return lambda q, k, v, valid: ops.dot_product_attention(
-        q, k, v, mask=mask_of(valid), implementation='xla', causal_blocks=blocks)
-  if kind == 'cudnn':
-    return lambda q, k, v, valid: ops.dot_product_attention(
-        q, k, v, mask=mask_of(valid), implementation='cudnn')
-  if causal:  # cuDNN's own causal mode
+        q, k, v, mask=mask_of(valid), implementation=impl,
+        causal_blocks=blocks if promise else 1)
+  if kind == 'cudnn causal':  # cuDNN's own causal mode; any padding ignored
     return lambda q, k, v, valid: jax.nn.dot_product_attention(
         q, k, v, is_causal=True, implementation='cudnn')
   return lambda q, k, v, valid: jax.nn.dot_product_attention(
       q, k, v, key_value_seq_lengths=jnp.sum(valid, axis=1, dtype=jnp.int32),
       implementation='cudnn')
+
+
+def _kinds(masking: str) -> list[str]:
+  """The variants that compute `masking` exactly (timed: 'cudnn causal' also beside the
+  decoder's causal+padding, as what cuDNN's causal mode alone costs)."""
+  extra = {'causal': ['cudnn mask', 'cudnn causal'], 'causal+padding': ['cudnn mask'],
+           'padding': ['cudnn lengths']}[masking]
+  return ['xla', 'cudnn'] + extra
 
 
 def _grad_fn(attention, cot):
@@ -88,38 +105,35 @@ def check(batch=4, length=256, heads=6, head_dim=64) -> bool:
   ok = True
   q, k, v, cot = _inputs(batch, length, heads, head_dim, seed=1)
   valid = _valid(batch, length, seed=1)
-  for causal in (True, False):
-    ref_fn = _attention('xla', causal, length)
+  for masking in ('causal', 'causal+padding', 'padding'):
+    ref_fn = _attention('xla', masking, length)
     with jax.default_matmul_precision('highest'):  # float32 products, not TF32
       ref_out = ref_fn(q, k, v, valid)
       _, ref_grads = _grad_fn(ref_fn, cot)(q, k, v, valid)
     bf = [x.astype(jnp.bfloat16) for x in (q, k, v)]
-    kinds = ['xla', 'cudnn'] + (['cudnn causal'] if causal else ['cudnn lengths'])
-    for kind in kinds:
-      fn = _attention(kind, causal, length)
+    for kind in _kinds(masking):
+      fn = _attention(kind, masking, length)
       try:
         out = fn(*bf, valid)
         _, grads = _grad_fn(fn, cot)(*bf, valid)
       except Exception as e:  # pylint: disable=broad-except  (tx's paths must run; jax.nn's may refuse)
-        print(f'{"causal" if causal else "padding":8} {kind:14} {type(e).__name__}: '
-              f'{str(e)[:200]}', flush=True)
-        ok &= kind.startswith('cudnn ')
+        print(f'{masking:15} {kind:14} {type(e).__name__}: {str(e)[:200]}', flush=True)
+        ok &= kind in ('cudnn causal', 'cudnn lengths')
         continue
       errors = [_relative(out, ref_out)] + [_relative(g, r) for g, r in zip(grads, ref_grads)]
       bad = any(not np.isfinite(e) or e > TOLERANCE for e in errors)
       ok &= not bad
-      print(f'{"causal" if causal else "padding":8} {kind:14} out {errors[0]:.1e}  '
-            f'dq {errors[1]:.1e}  dk {errors[2]:.1e}  dv {errors[3]:.1e}'
-            + ('  FAIL' if bad else ''), flush=True)
+      print(f'{masking:15} {kind:14} out {errors[0]:.1e}  dq {errors[1]:.1e}  '
+            f'dk {errors[2]:.1e}  dv {errors[3]:.1e}' + ('  FAIL' if bad else ''), flush=True)
   return ok
 
 
-def seconds(kind, batch, length, heads, head_dim, causal, reps=10) -> float:
+def seconds(kind, batch, length, heads, head_dim, masking, reps=10) -> float:
   """Median seconds of one forward and backward in bf16 (calls back to back per sample)."""
   q, k, v, cot = _inputs(batch, length, heads, head_dim)
   q, k, v = (x.astype(jnp.bfloat16) for x in (q, k, v))
   valid = _valid(batch, length)
-  f = _grad_fn(_attention(kind, causal, length), cot)
+  f = _grad_fn(_attention(kind, masking, length), cot)
   jax.block_until_ready(f(q, k, v, valid))
   calls, samples = 20, []
   for _ in range(reps):
@@ -140,14 +154,14 @@ def main() -> int:
   ok = check()
   print('\nforward + backward, bf16, ms (speed-up over tx\'s XLA path):', flush=True)
   for name, (batch, length, heads, head_dim, causal) in SHAPES.items():
-    kinds = ['xla', 'cudnn', 'cudnn causal' if causal else 'cudnn lengths']
+    masking = 'causal+padding' if causal else 'padding'
     times = {}
-    for kind in kinds:
+    for kind in _kinds(masking) + (['cudnn causal'] if causal else []):
       try:
-        times[kind] = seconds(kind, batch, length, heads, head_dim, causal)
+        times[kind] = seconds(kind, batch, length, heads, head_dim, masking)
       except Exception as e:  # pylint: disable=broad-except  (a refused shape is a result)
         print(f'  {name} {kind}: {type(e).__name__}: {str(e)[:200]}', flush=True)
-    print(f'  {name:11} [{batch}, {length}, {heads}, {head_dim}] ' + '  '.join(
+    print(f'  {name:11} [{batch}, {length}, {heads}, {head_dim}] {masking}: ' + '  '.join(
         f'{kind} {t * 1e3:.3f} ({times["xla"] / t:.2f}x)' if 'xla' in times
         else f'{kind} {t * 1e3:.3f}' for kind, t in times.items()), flush=True)
   return 0 if ok else 1

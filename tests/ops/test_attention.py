@@ -166,7 +166,7 @@ def _auto_with_cudnn_raising(monkeypatch, error):
   from tx.ops import attention as module
   monkeypatch.setattr(module, '_wants_cudnn', lambda q: True)
   if error is not None:
-    def refuse(*args):
+    def refuse(*args, **kwargs):
       raise error
     monkeypatch.setattr(module, '_cudnn_attention', refuse)
   q, k, v = _qkv(2, 1, seed=8)
@@ -189,6 +189,29 @@ def test_auto_falls_back_to_xla_when_cudnn_refuses(monkeypatch, error):
 def test_auto_lets_any_other_cudnn_error_through(monkeypatch, error):
   with pytest.raises(type(error)):
     _auto_with_cudnn_raising(monkeypatch, error)
+
+
+@pytest.mark.parametrize('causal_blocks, is_causal', [(1, False), (4, True)])
+def test_a_causal_promise_runs_cudnns_causal_mode_with_the_mask_on_top(
+    monkeypatch, causal_blocks, is_causal):
+  """causal_blocks > 1 promises a causal mask: the cuDNN path asks jax.nn for is_causal (cuDNN
+  then skips the hidden tiles) and still passes the mask (padding on top of causality)."""
+  calls = []
+
+  def recorder(q, k, v, **kw):
+    calls.append(kw)
+    kw = dict(kw, implementation='xla')
+    return original(q, k, v, **kw)
+
+  original = jax.nn.dot_product_attention
+  monkeypatch.setattr(jax.nn, 'dot_product_attention', recorder)
+  q, k, v = (x[:, :L] for x in _qkv(2, 2, seed=9))  # self-attention: L keys
+  mask = jnp.tril(jnp.ones((L, L), bool))[None, None] & jnp.ones((B, 1, 1, L), bool).at[
+      0, 0, 0, -2:].set(False)
+  out = dot_product_attention(q, k, v, mask=mask, implementation='cudnn',
+                              causal_blocks=causal_blocks)
+  assert calls[-1]['is_causal'] is is_causal and calls[-1]['mask'] is not None
+  np.testing.assert_allclose(out, _numpy_attention(q, k, v, mask), atol=1e-5)
 
 
 def test_user_errors_raise_value_error():

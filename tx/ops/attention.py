@@ -65,7 +65,8 @@ def dot_product_attention(q_BLHD, k_BSKD, v_BSKD, *, mask=None, bias=None, scale
   causal_blocks: n > 1 promises that `mask` hides every key j > i from query i (self-
     attention, L == S) and runs the XLA path in n query blocks (at most L), each
     over the keys 0 .. its last query; the same result with the masked scores skipped.
-    The einsum and cuDNN paths compute the full L x S.
+    The cuDNN path then runs cuDNN's causal mode (it skips the hidden tiles; the mask
+    still applies on top); the einsum path computes the full L x S.
   window: W > 0 (with causal_blocks > 1) promises in addition that `mask` hides every key
     j <= i - W from query i (a causal sliding window, `masks.sliding_window_mask`): each
     query block [a, b) then reads the keys [max(0, a - W + 1), b) only. It applies no
@@ -112,7 +113,8 @@ def dot_product_attention(q_BLHD, k_BSKD, v_BSKD, *, mask=None, bias=None, scale
     out_BLHD = None
     if _wants_cudnn(q_BLHD) and not softcap:
       try:
-        out_BLHD = _cudnn_attention(q_BLHD, k_BSKD, v_BSKD, mask, bias, scale)
+        out_BLHD = _cudnn_attention(q_BLHD, k_BSKD, v_BSKD, mask, bias, scale,
+                                    causal=causal_blocks > 1)
       except Exception as e:  # pylint: disable=broad-except
         if not compat.is_cudnn_refusal(e):  # only a shape/dtype/GPU cuDNN refuses falls back
           raise
@@ -122,7 +124,7 @@ def dot_product_attention(q_BLHD, k_BSKD, v_BSKD, *, mask=None, bias=None, scale
                                 softcap, window)
     return out_BLHD
   if implementation == 'cudnn':
-    return _cudnn_attention(q_BLHD, k_BSKD, v_BSKD, mask, bias, scale)
+    return _cudnn_attention(q_BLHD, k_BSKD, v_BSKD, mask, bias, scale, causal=causal_blocks > 1)
   return _causal_blocks(q_BLHD, k_BSKD, v_BSKD, mask, bias, scale, causal_blocks, softcap,
                         window)
 
@@ -191,14 +193,16 @@ def _causal_blocks(q_BLHD, k_BSKD, v_BSKD, mask, bias, scale, blocks, softcap=0.
                        blocks=[(a, b, first(a), b) for a, b in zip(cuts[:-1], cuts[1:])])
 
 
-def _cudnn_attention(q_BLHD, k_BSKD, v_BSKD, mask, bias, scale):
-  """jax.nn.dot_product_attention(implementation='cudnn'); exact zeros for rows that see nothing."""
+def _cudnn_attention(q_BLHD, k_BSKD, v_BSKD, mask, bias, scale, causal=False):
+  """jax.nn.dot_product_attention(implementation='cudnn'); exact zeros for rows that see
+  nothing. causal: the caller promised a causal mask, so cuDNN's causal mode may skip the
+  hidden tiles (1.7x on an H100 at length 1024, benchmarks/NOTES.md); the mask still applies."""
   dtype = q_BLHD.dtype
   k_BSKD, v_BSKD = k_BSKD.astype(dtype), v_BSKD.astype(dtype)
   if bias is not None:
     bias = bias.astype(dtype)  # cuDNN adds the bias in the input dtype
   out_BLHD = jax.nn.dot_product_attention(
-      q_BLHD, k_BSKD, v_BSKD, bias=bias, mask=mask, scale=scale,
+      q_BLHD, k_BSKD, v_BSKD, bias=bias, mask=mask, scale=scale, is_causal=causal,
       implementation='cudnn')
   if mask is not None:
     visible_BLH1 = jnp.transpose(_row_visible(mask), (0, 2, 1, 3))
