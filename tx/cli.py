@@ -12,7 +12,7 @@
     tx compare DIR... [--metric NAME] [--baseline VARIANT] [--out DIR] [--x KEY] [--curves KEY ...]
     tx convert --hf DIR --workdir OUT [--experiment NAME] [--set key=value ...]
     tx bench [--only PATTERN ...] [--quick] [--no-peers] [--threads N] [--json FILE]
-             [--ablate-attention] [--rounds N] [--platform cpu|gpu]
+             [--ablate-attention] [--rounds N] [--platform cpu|gpu] [--peer-compile]
     tx plan EXPERIMENT --mesh data=D,fsdp=F,tensor=T [--set ...] [--device-memory 80GB] [--json FILE]
     tx mup-check EXPERIMENT [--widths 64,128,256,512] [--steps 10] [--set ...] [--out DIR]
 
@@ -208,6 +208,9 @@ def _bench_parser(sub) -> None:
   b.add_argument('--platform', choices=('cpu', 'gpu'), default='cpu',
                  help="where tx and the peers run: 'gpu' measures the GPU suite on the first "
                       'CUDA device')
+  b.add_argument('--peer-compile', action='store_true',
+                 help="the training peers' forward and loss through torch.compile (the peer at "
+                      'its fastest; compiled in its first warmup step)')
   b.add_argument('--json', default='bench.json', metavar='FILE', help='where the results go')
   b.add_argument('--quiet', action='store_true', help='no progress lines')
   b.add_argument('--ablate-attention', action='store_true',

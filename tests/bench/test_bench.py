@@ -112,6 +112,7 @@ def test_side_by_side_run_measures_tx_and_the_peer():
     (['bench', '--json', '/nonexistent/dir/x.json'], 'directory does not exist'),
     (['bench', '--threads', '0'], '--threads must be >= 1'),
     (['bench', '--rounds', '0'], '--rounds must be >= 1'),
+    (['bench', '--peer-compile', '--no-peers'], 'drop --no-peers'),
 ])
 def test_bench_user_errors_are_one_line(argv, says, capsys):
   assert cli.main(argv) == 2
@@ -376,3 +377,30 @@ def test_bench_platform_gpu_without_a_gpu_is_one_line(monkeypatch, capsys):
   assert cli.main(['bench', '--platform', 'gpu', '--no-peers', '--quiet']) == 2
   err = capsys.readouterr().err.strip().splitlines()
   assert len(err) == 1 and '--platform gpu: the first GPU measurement failed' in err[0]
+
+
+def test_peer_compile_reaches_the_training_peers_only(monkeypatch):
+  specs = []
+
+  def fake_run(target, spec, *, threads, platform):
+    specs.append((target.split(':')[1], spec))
+    return {'tokens_per_s': 1.0, 'step_time_s': 1.0, 'new_tokens_per_s': 1.0}
+
+  monkeypatch.setattr(suite, 'run_isolated', fake_run)
+  suite._measure_case(cases.QUICK[1], peers=True, threads=2, say=lambda m: None,
+                      peer_compile=True)
+  compiled = {name for name, spec in specs if spec.get('torch_compile')}
+  assert compiled == {'gpt2_train'} and {name for name, _ in specs} == {
+      'train', 'gpt2_train', 'decode', 'gpt2_generate'}
+
+
+def test_the_peer_compiles_its_forward_and_loss_once_and_trains_the_same(monkeypatch):
+  """torch.compile wraps the forward and loss; the step's numbers stay the eager peer's."""
+  torch = pytest.importorskip('torch')
+  from tx.bench import torch_peers
+  calls = []
+  monkeypatch.setattr(torch, 'compile', lambda fn: calls.append(fn) or fn)  # no inductor build
+  spec = dict(cases.QUICK[0].spec, threads=1)
+  eager = torch_peers.gpt2_train(spec)
+  compiled = torch_peers.gpt2_train(dict(spec, torch_compile=True))
+  assert len(calls) == 1 and compiled['loss'] == pytest.approx(eager['loss'])

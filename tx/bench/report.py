@@ -322,6 +322,8 @@ def table(doc: dict) -> str:
                                                         else ''),
            f'matmul ceiling: {c["float32"] / 1e9:.1f} GFLOP/s float32, '
            f'{c["bfloat16"] / 1e9:.1f} GFLOP/s bf16 (max of start / end medians)',
+           *(["training peers: forward and loss through torch.compile"]
+             if m.get('peer_compile') else []),
            *([f'measured on the GPU: {m.get("device")} (float32 products in TF32 on both '
               'sides)' + (f'; datasheet peaks {gpu_peak(doc)["bfloat16"] / 1e12:.0f} TFLOP/s '
                           f'bf16, {gpu_peak(doc)["float32"] / 1e12:.0f} TF32'

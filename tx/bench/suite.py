@@ -7,6 +7,7 @@
     tx bench --only bert --ablate-attention   # + each side's step with attention stubbed out
     tx bench --only gpt_baby --rounds 5     # 5 rounds, tx and the peer in turn: the ratio's spread
     tx bench --platform gpu          # the GPU suite (cases.GPU) on the first CUDA device
+    tx bench --peer-compile          # the training peers' forward + loss through torch.compile
 
 Every measurement runs in its own process pinned to `--threads` threads (tx and the peer
 alike), one after the other, so ratios are taken side by side on the same machine state.
@@ -88,24 +89,26 @@ def _rounds(out: dict, key: str, runs: dict[str, list[dict]], metric: str) -> No
 
 
 def _side_by_side(tx_target: str, peer_target: str | None, spec: dict, *, threads: int,
-                  rounds: int, say, label: str, metric: str,
-                  platform: str = 'cpu') -> dict[str, list[dict]]:
-  """`rounds` rounds of tx then the peer (each in its own process): {side: [run per round]}.
+                  rounds: int, say, label: str, metric: str, platform: str = 'cpu',
+                  peer_extra: dict | None = None) -> dict[str, list[dict]]:
+  """`rounds` rounds of tx then the peer (each in its own process): {side: [run per round]};
+  `peer_extra` entries go into the peer's spec only (e.g. torch_compile).
 
   Alternating the two sides round by round puts each pair of measurements side by side in
   time, so a noisy minute on the host moves both of a pair rather than one side's number."""
   runs = {'tx': []} | ({'peer': []} if peer_target else {})
   for i in range(rounds):
     tag = f' (round {i + 1}/{rounds})' if rounds > 1 else ''
-    for side, target in (('tx', tx_target), ('peer', peer_target)):
+    for side, target, s in (('tx', tx_target, spec),
+                            ('peer', peer_target, {**spec, **(peer_extra or {})})):
       if target:
-        runs[side].append(run_isolated(target, spec, threads=threads, platform=platform))
+        runs[side].append(run_isolated(target, s, threads=threads, platform=platform))
         say(f'{label}: {side} {runs[side][-1][metric]:,.0f} tokens/s{tag}')
   return runs
 
 
 def _measure_case(case, *, peers: bool, threads: int, say, ablate: bool = False,
-                  rounds: int = 1, platform: str = 'cpu') -> dict:
+                  rounds: int = 1, platform: str = 'cpu', peer_compile: bool = False) -> dict:
   out = {'spec': case.spec, 'note': case.note}
   spec = case.spec
   family = spec['family']
@@ -122,7 +125,8 @@ def _measure_case(case, *, peers: bool, threads: int, say, ablate: bool = False,
     for suffix, s in runs:
       label = f'{case.name}{" without attention" if suffix else ""}'
       measured = _side_by_side(f'{TX}:train', peer, s, threads=threads, rounds=rounds,
-                               say=say, label=label, metric='tokens_per_s', platform=platform)
+                               say=say, label=label, metric='tokens_per_s', platform=platform,
+                               peer_extra={'torch_compile': True} if peer_compile else None)
       _rounds(out, f'train{suffix}', measured, 'tokens_per_s')
   for batch in case.decode_batches:
     peer = f'{PEERS}:{cases_lib.PEER_DECODE[family]}' if with_peer else None
@@ -134,7 +138,8 @@ def _measure_case(case, *, peers: bool, threads: int, say, ablate: bool = False,
 
 
 def run(cases, *, peers: bool = True, threads: int = 2, say=print, ceiling_n: int = 2048,
-        ablate_attention: bool = False, rounds: int = 1, platform: str = 'cpu') -> dict:
+        ablate_attention: bool = False, rounds: int = 1, platform: str = 'cpu',
+        peer_compile: bool = False) -> dict:
   """Measures every case; returns the JSON document (machine with its host, ceilings, cases,
   targets, `gemms`: the decoder and encoder training steps' products timed alone by XLA and
   by torch, labelled 'case: product', `step_gemms`: {case: [[product, m, k, n, times per
@@ -146,7 +151,8 @@ def run(cases, *, peers: bool = True, threads: int = 2, say=print, ceiling_n: in
   every training and decoding measurement runs that many times, tx and the peer in turn;
   each side's median run is reported, and every round's tokens/s is kept (`*_rounds`) for
   the spread of the ratio (`report.rounds_lines`). platform 'gpu': every measurement on the
-  first GPU, without the products and attention timed alone (CPU diagnoses)."""
+  first GPU, without the products and attention timed alone (CPU diagnoses). peer_compile:
+  the training peers run forward and loss through torch.compile (decoding stays eager)."""
   start = time.time()
   info = machine(threads, platform)
   say(host.summary(info['host']))
@@ -166,6 +172,7 @@ def run(cases, *, peers: bool = True, threads: int = 2, say=print, ceiling_n: in
                       'build of jax, or leave --platform out') from None
     raise
   info['device'] = ceilings[0].pop('device', None)
+  info['peer_compile'] = peer_compile
   gemm_rates = {'tx': ceilings[0].pop('gemms', {})}
   attention = {'tx': ceilings[0].pop('attention', {})}
   say(f'matmul ceiling: {ceilings[0]["float32_flops"] / 1e9:.1f} GFLOP/s float32, '
@@ -175,7 +182,7 @@ def run(cases, *, peers: bool = True, threads: int = 2, say=print, ceiling_n: in
     try:
       results[case.name] = _measure_case(case, peers=peers, threads=threads, say=say,
                                          ablate=ablate_attention, rounds=rounds,
-                                         platform=platform)
+                                         platform=platform, peer_compile=peer_compile)
     except BenchError as e:
       say(f'{case.name}: FAILED: {e}')
       results[case.name] = {'spec': case.spec, 'error': str(e)}
@@ -229,6 +236,8 @@ def cli(args) -> int:
   except ValueError as e:
     raise UserError(str(e)) from None
   peers = not args.no_peers
+  if args.peer_compile and not peers:
+    raise UserError('--peer-compile compiles the PyTorch peers; drop --no-peers')
   if peers and not torch_available():
     raise UserError('the PyTorch peers need torch and transformers: pip install -e '
                     '".[interop]", or pass --no-peers')
@@ -243,7 +252,8 @@ def cli(args) -> int:
   gpu = args.platform == 'gpu'
   doc = run(chosen, peers=peers, threads=args.threads, say=say,
             ceiling_n=(1024 if args.quick else 8192) if gpu else 512 if args.quick else 2048,
-            ablate_attention=args.ablate_attention, rounds=args.rounds, platform=args.platform)
+            ablate_attention=args.ablate_attention, rounds=args.rounds, platform=args.platform,
+            peer_compile=args.peer_compile)
   print(report.table(doc))
   with open(args.json, 'w', encoding='utf-8') as f:
     json.dump(doc, f, indent=1)

@@ -13,6 +13,10 @@ spec['platform'] == 'gpu' runs everything on the first CUDA device, with float32
 in TF32 (`torch.set_float32_matmul_precision('high')`, what XLA does by default on a GPU),
 and adds device_peak_bytes (torch.cuda.max_memory_allocated) to a training result.
 
+spec['torch_compile'] (the training peers): forward and loss run through `torch.compile`
+(compiled in the first warmup step, which `first_step_s` then includes): the peer at its
+fastest rather than as most code runs it; decoding stays eager.
+
 Training peers time one optimizer step = zero_grad, forward + loss, backward,
 clip_grad_norm_(1.0) (GPT-2 and BERT) and optimizer.step(), on one fixed random batch:
 `warmup` untimed steps (`first_step_s` is the first of them, lazy init included), then
@@ -126,6 +130,9 @@ def _precision(torch, spec):
 
 
 def _optimizer_step(torch, spec, model, opt, loss_fn, clip):
+  if spec.get('torch_compile'):
+    loss_fn = torch.compile(loss_fn)  # forward + loss; backward through AOTAutograd's graph
+
   def step():
     opt.zero_grad(set_to_none=True)
     with _precision(torch, spec):
