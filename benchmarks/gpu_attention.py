@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import statistics
 import sys
-import time
 
 import jax
 import jax.numpy as jnp
@@ -34,6 +33,7 @@ import numpy as np
 
 from tx import ops
 from tx.layers.attention import causal_block_count
+from tx.timing import sample_seconds
 
 SHAPES = {  # name: (batch, length, heads, head_dim, causal)
     'gpt_6l': (64, 256, 6, 64, True),
@@ -129,20 +129,12 @@ def check(batch=4, length=256, heads=6, head_dim=64) -> bool:
 
 
 def seconds(kind, batch, length, heads, head_dim, masking, reps=10) -> float:
-  """Median seconds of one forward and backward in bf16 (calls back to back per sample)."""
+  """Median seconds of one forward and backward in bf16 (tx.timing.sample_seconds)."""
   q, k, v, cot = _inputs(batch, length, heads, head_dim)
   q, k, v = (x.astype(jnp.bfloat16) for x in (q, k, v))
   valid = _valid(batch, length)
   f = _grad_fn(_attention(kind, masking, length), cot)
-  jax.block_until_ready(f(q, k, v, valid))
-  calls, samples = 20, []
-  for _ in range(reps):
-    t = time.perf_counter()
-    for _ in range(calls):
-      out = f(q, k, v, valid)
-    jax.block_until_ready(out)
-    samples.append((time.perf_counter() - t) / calls)
-  return statistics.median(samples)
+  return statistics.median(sample_seconds(lambda: f(q, k, v, valid), jax.block_until_ready, reps))
 
 
 def main() -> int:

@@ -1,6 +1,9 @@
-"""How long to time a small operation for: shared by tx's and the PyTorch peer's GEMM
-timings (tx.train.flops, tx.bench.torch_peers), so both sides time the same way. No JAX
-here: the peer's measuring process imports this module without it."""
+"""How to time a small operation: shared by tx's and the PyTorch peer's timings of GEMMs and
+attention (tx.train.flops, tx.bench.tx_side, tx.bench.torch_peers,
+benchmarks/gpu_attention.py), so both sides time the same way. No JAX here: the peer's
+measuring process imports this module without it."""
+
+import time
 
 
 def calls_per_sample(one_call_s: float, sample_s: float = 0.02) -> int:
@@ -8,3 +11,25 @@ def calls_per_sample(one_call_s: float, sample_s: float = 0.02) -> int:
   at most 1,000), given one call's time: one for an n^3 ceiling, hundreds for a small
   product whose single call would time mostly its dispatch and synchronisation."""
   return max(1, min(1000, int(sample_s / max(one_call_s, 1e-7))))
+
+
+def sample_seconds(call, wait, reps: int) -> list[float]:
+  """Seconds per call of `reps` timed samples of call(): one untimed call (compilation,
+  allocation), one timed call that sizes the samples (`calls_per_sample`), then `reps`
+  samples of that many back-to-back calls, each sample ended by wait(the last result) so
+  that work still running on a device (or in XLA's async dispatch) is counted.
+
+  call: () -> result; wait: result -> anything (jax.block_until_ready, a CUDA synchronize,
+  or a no-op for synchronous code)."""
+  wait(call())
+  start = time.perf_counter()
+  wait(call())
+  calls = calls_per_sample(time.perf_counter() - start)
+  samples = []
+  for _ in range(reps):
+    start = time.perf_counter()
+    for _ in range(calls):
+      result = call()
+    wait(result)
+    samples.append((time.perf_counter() - start) / calls)
+  return samples

@@ -8,7 +8,7 @@ import pytest
 
 from tx import cli
 from tx.bench import cases, report, suite, tx_side, worker
-from tx.timing import calls_per_sample
+from tx.timing import calls_per_sample, sample_seconds
 
 
 def _doc(tx_tokens, peer_tokens, tx_rss, peer_rss, step_s=2.0, flops=100e9, ceiling=100e9):
@@ -305,6 +305,22 @@ def test_small_products_are_timed_over_many_calls():
   would time mostly its dispatch (both frameworks' GEMM rates use this)."""
   assert calls_per_sample(0.1) == 1 and calls_per_sample(1e-4) == 200
   assert calls_per_sample(0.0) == 1000
+
+
+def test_a_sample_ends_by_waiting_for_its_last_call():
+  """sample_seconds: one untimed call, one that sizes the samples, then each sample's calls
+  back to back and one wait on the last result (asynchronous work counted once a sample)."""
+  calls, waited = [], []
+
+  def call():
+    calls.append(len(calls))
+    return calls[-1]
+
+  samples = sample_seconds(call, waited.append, reps=3)
+  assert len(samples) == 3 and all(s > 0 for s in samples)
+  per_sample = (len(calls) - 2) // 3
+  assert per_sample >= 1 and len(calls) == 2 + 3 * per_sample
+  assert waited == [0, 1] + [1 + per_sample * i for i in (1, 2, 3)]
 
 
 def test_step_gemms_are_reported_side_by_side():

@@ -346,7 +346,7 @@ def _sdpa_seconds(torch, dtype, batch, length, heads, head_dim, causal, reps):
   """Seconds of `reps` timed samples of scaled_dot_product_attention's forward and backward
   (q, k, v [batch, heads, length, head_dim] in `dtype`; is_causal for a decoder, no mask for
   an encoder, as the peers call it), each sample as many calls as tx's side runs."""
-  from tx.timing import calls_per_sample  # pylint: disable=g-import-not-at-top
+  from tx.timing import sample_seconds  # pylint: disable=g-import-not-at-top
   q, k, v = (torch.randn(batch, heads, length, head_dim).to(dtype).requires_grad_()
              for _ in range(3))
   cot = torch.randn(batch, heads, length, head_dim).to(dtype)
@@ -355,38 +355,16 @@ def _sdpa_seconds(torch, dtype, batch, length, heads, head_dim, causal, reps):
     out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
     out.backward(cot)
 
-  one()
-  t0 = time.perf_counter()
-  one()
-  calls = calls_per_sample(time.perf_counter() - t0)
-  seconds = []
-  for _ in range(reps):
-    t0 = time.perf_counter()
-    for _ in range(calls):
-      one()
-    seconds.append((time.perf_counter() - t0) / calls)
-  return seconds
+  return sample_seconds(one, lambda _: None, reps)
 
 
 def _mm_rates(torch, a, b, reps):
   """FLOP/s of `reps` timed samples of torch.mm(a, b) after one untimed call, each sample
   as many calls back to back as tx's side runs (tx.timing)."""
-  from tx.timing import calls_per_sample  # pylint: disable=g-import-not-at-top
-  wait = torch.cuda.synchronize if a.is_cuda else (lambda: None)
-  torch.mm(a, b)
-  wait()
-  t0 = time.perf_counter()
-  torch.mm(a, b)
-  wait()
-  calls = calls_per_sample(time.perf_counter() - t0)
-  rates = []
-  for _ in range(reps):
-    t0 = time.perf_counter()
-    for _ in range(calls):
-      torch.mm(a, b)
-    wait()
-    rates.append(2 * a.shape[0] * a.shape[1] * b.shape[1] * calls / (time.perf_counter() - t0))
-  return rates
+  from tx.timing import sample_seconds  # pylint: disable=g-import-not-at-top
+  wait = (lambda _: torch.cuda.synchronize()) if a.is_cuda else (lambda _: None)
+  flops = 2 * a.shape[0] * a.shape[1] * b.shape[1]
+  return [flops / s for s in sample_seconds(lambda: torch.mm(a, b), wait, reps)]
 
 
 PEERS = {f.__name__: f for f in (gpt2_train, gpt2_generate, bert_train, seq2seq_train,

@@ -43,7 +43,7 @@ from tx.decode.generate import generate_lm, generate_seq2seq
 from tx.layers.attention import causal_block_count
 from tx.models.build import build_model
 from tx.tasks.objectives import make_task
-from tx.timing import calls_per_sample
+from tx.timing import sample_seconds
 from tx.train.flops import flops_per_step, gemm_rates, matmul_rates
 from tx.train.mesh import batch_sharding, logical_rules, make_mesh
 from tx.train.optimizer import make_optimizer
@@ -319,15 +319,4 @@ def attention_seconds(dtype: str, batch: int, length: int, heads: int, head_dim:
     return jnp.sum(out.astype(jnp.float32) * cot.astype(jnp.float32))
 
   f = jax.jit(jax.grad(loss, argnums=(0, 1, 2)))
-  jax.block_until_ready(f(q, k, v, valid))
-  t = time.perf_counter()
-  jax.block_until_ready(f(q, k, v, valid))
-  calls = calls_per_sample(time.perf_counter() - t)
-  seconds = []
-  for _ in range(reps):
-    t = time.perf_counter()
-    for _ in range(calls):
-      out = f(q, k, v, valid)
-    jax.block_until_ready(out)
-    seconds.append((time.perf_counter() - t) / calls)
-  return seconds
+  return sample_seconds(lambda: f(q, k, v, valid), jax.block_until_ready, reps)

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import time
 
 import flax.linen as nn
 import jax
@@ -32,8 +31,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from tx.config.model import ModelConfig
-from tx.timing import calls_per_sample
 from tx.models.build import build_model, dummy_inputs
+from tx.timing import sample_seconds
 
 log = logging.getLogger(__name__)
 
@@ -193,15 +192,4 @@ def gemm_rates(dtype: str, m: int, k: int, n: int, *, rhs_transposed: bool = Fal
   b = jnp.asarray(rng.standard_normal((n, k) if rhs_transposed else (k, n)), dtype)
   dims = (((1,), (1,) if rhs_transposed else (0,)), ((), ()))
   f = jax.jit(lambda x, y: jax.lax.dot_general(x, y, dims, preferred_element_type=jnp.float32))
-  f(a, b).block_until_ready()
-  t = time.perf_counter()
-  f(a, b).block_until_ready()
-  calls = calls_per_sample(time.perf_counter() - t)
-  rates = []
-  for _ in range(reps):
-    t = time.perf_counter()
-    for _ in range(calls):
-      out = f(a, b)
-    out.block_until_ready()
-    rates.append(2 * m * k * n * calls / (time.perf_counter() - t))
-  return rates
+  return [2 * m * k * n / s for s in sample_seconds(lambda: f(a, b), jax.block_until_ready, reps)]
