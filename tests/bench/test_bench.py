@@ -365,6 +365,7 @@ def test_a_gpu_run_reports_the_datasheet_mfu_and_device_memory_and_judges_no_cpu
   text = report.table(doc)
   assert 'measured on the GPU: NVIDIA H100 80GB HBM3' in text and '989 TFLOP/s bf16' in text
   assert "none judged: issue 9's and 24's targets are CPU targets" in text
+  assert 'GEMM ceilings and the 1.5x target' not in text
   doc['machine']['device'] = 'a GPU tx has no datasheet for'
   assert report.gpu_peak(doc) is None
   assert not [r for r in report.rows(doc) if r['metric'] == 'train MFU (datasheet)']

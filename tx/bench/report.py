@@ -354,7 +354,7 @@ def table(doc: dict) -> str:
   if attention:
     lines += ['', 'Self-attention of one layer, forward + backward timed alone, ms (tx\'s XLA '
               'path / torch\'s scaled_dot_product_attention):'] + [f'  {a}' for a in attention]
-  arithmetic = ceiling_arithmetic(doc)
+  arithmetic = [] if gpu else ceiling_arithmetic(doc)  # the arithmetic of the CPU targets
   if arithmetic:
     lines += ['', 'GEMM ceilings and the 1.5x target:'] + [f'  {a}' for a in arithmetic]
   lines += ['', 'targets:']
