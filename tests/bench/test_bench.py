@@ -361,6 +361,13 @@ def test_a_gpu_run_reports_the_datasheet_mfu_and_device_memory_and_judges_no_cpu
   assert by['gpt_6l_bf16', 'train MFU (datasheet)']['tx'] == pytest.approx(80e9 / 989.4e12)
   assert by['gpt_6l', 'train MFU (datasheet)']['tx'] == pytest.approx(50e9 / 494.7e12)  # TF32
   assert by['gpt_6l_bf16', 'train peak device GB']['ratio'] == pytest.approx(0.5)
+  # an XLA-attention twin of the cuDNN case: its speed as a fraction of the cuDNN case's
+  doc['cases']['gpt_6l_bf16_xla'] = {
+      'spec': {'family': 'decoder', 'dtype': 'bfloat16', 'attention_impl': 'xla',
+               'attention_case': 'gpt_6l_bf16'},
+      'tx_train': dict(doc['cases']['gpt_6l_bf16']['tx_train'], tokens_per_s=2400.0)}
+  by = {(r['case'], r['metric']): r for r in report.rows(doc)}
+  assert by['gpt_6l_bf16_xla', 'tokens/s / cuDNN case']['tx'] == pytest.approx(0.75)
   assert doc['targets'] == []
   text = report.table(doc)
   assert 'measured on the GPU: NVIDIA H100 80GB HBM3' in text and '989 TFLOP/s bf16' in text

@@ -93,7 +93,8 @@ SUITE = (
 # and XLA's (attention_impl='xla'), so the report shows what cuDNN is worth inside the step.
 # The 6-layer shapes are the CPU suite's (tx's defaults: unscanned, no remat); GPT-2 small
 # (124M, ctx 1024) is a size that keeps the GPU busy. float32 products run in TF32 on both
-# sides (XLA's default on a GPU; the peer sets torch's matmul precision to match).
+# sides (XLA's default on a GPU; the peer sets torch's matmul precision to match). An XLA
+# attention case's `attention_case` names its cuDNN twin (the report's 'tokens/s / cuDNN case').
 _GPU_STEPS = dict(steps=30, warmup=5)
 _GPT2_SMALL = (12, 12, 768, 1024, 16)
 GPU = (
@@ -102,14 +103,16 @@ GPU = (
     Case('gpt_6l_bf16', _gpt(6, 6, 384, 256, 64, dtype='bfloat16', float32_case='gpt_6l',
                              **_GPU_STEPS), note='attention: cuDNN'),
     Case('gpt_6l_bf16_xla', _gpt(6, 6, 384, 256, 64, dtype='bfloat16', float32_case='gpt_6l',
-                                 attention_impl='xla', **_GPU_STEPS), peer=False,
+                                 attention_impl='xla', attention_case='gpt_6l_bf16',
+                                 **_GPU_STEPS), peer=False,
          note="attention: XLA's"),
     Case('bert_6l_bf16', _bert(6, 6, 384, 256, 64, dtype='bfloat16', **_GPU_STEPS),
          note='attention: cuDNN'),
     Case('gpt2_small_bf16', _gpt(*_GPT2_SMALL, vocab=50304, dtype='bfloat16', steps=20,
                                  warmup=3), note='GPT-2 small; attention: cuDNN'),
     Case('gpt2_small_bf16_xla', _gpt(*_GPT2_SMALL, vocab=50304, dtype='bfloat16',
-                                     attention_impl='xla', steps=20, warmup=3), peer=False,
+                                     attention_impl='xla', attention_case='gpt2_small_bf16',
+                                     steps=20, warmup=3), peer=False,
          note="GPT-2 small; attention: XLA's"),
 )
 

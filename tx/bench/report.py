@@ -113,6 +113,10 @@ def rows(doc: dict) -> list[dict]:
       base_own = lambda side: (base.get(f'{side}_train') or {}).get('tokens_per_s')
       add(name, 'bf16 / float32 tokens/s', _ratio(own('tx'), base_own('tx')),
           _ratio(own('peer'), base_own('peer')), ratio=None)
+    default_attention = doc['cases'].get(spec.get('attention_case') or '', {}).get('tx_train')
+    if txt and default_attention:  # this case runs XLA's attention where that one runs cuDNN's
+      add(name, 'tokens/s / cuDNN case', _ratio(txt['tokens_per_s'],
+                                                default_attention['tokens_per_s']), ratio=None)
     if 'tx_compile' in c:
       seconds = c['tx_compile']['compile_s']
       add(name, 'compile s', seconds, None, ratio=None)
