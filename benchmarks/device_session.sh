@@ -1,21 +1,19 @@
 #!/usr/bin/env bash
-# The measurements to take on a lent GPU machine, in parts:
-#   gpu        the GPU suite (`tx bench --platform gpu`), ~6.5 min on an H100
-#   attention  benchmarks/gpu_attention.py: cuDNN checked against XLA and timed, ~2.5 min
+# The measurements to take on a lent GPU machine, in parts (times seen on an H100):
 #   cpu        the decoder cases of the CPU suite on that machine's own CPU (an Intel Xeon
 #              with AMX, the host kind issue 24 asks about), on 2 threads, ~5 min
-# A call runs at most 10 minutes and a session has 15 minutes of device time, starts
-# included: name two parts per call (gpu attention, or cpu attention).
+#   attention  benchmarks/gpu_attention.py: cuDNN checked against XLA and timed, ~2.5 min
+#   gpt2       the GPU suite's GPT-2 small cases (cuDNN and XLA attention, the peer), ~2.5 min
+#   gpu        the whole GPU suite (`tx bench --platform gpu`), ~6 min
+# A call runs at most 10 minutes and a session has 15 minutes of device time, machine
+# starts included; the unknowns first: `cpu attention`, then `gpt2` if time is left.
 #
-#   bash benchmarks/device_session.sh OUT_DIR [gpu|attention|cpu ...]   # default: gpu attention
+#   bash benchmarks/device_session.sh OUT_DIR [cpu|attention|gpt2|gpu ...]  # default: cpu attention
 #
-# Every part writes its log (and the benches their JSON) to OUT_DIR as it goes, and each
-# has its own time limit, so a part cut short leaves the others' results. The machine's
-# own jax / torch are used (no installs there): PYTHONPATH points at this checkout.
 set -u
-out=${1:?usage: bash benchmarks/device_session.sh OUT_DIR [gpu|attention|cpu ...]}
+out=${1:?usage: bash benchmarks/device_session.sh OUT_DIR [cpu|attention|gpt2|gpu ...]}
 shift
-parts=${*:-gpu attention}
+parts=${*:-cpu attention}
 here=$(cd "$(dirname "$0")/.." && pwd)
 export PYTHONPATH=$here PYTHONUNBUFFERED=1 TF_CPP_MIN_LOG_LEVEL=2
 mkdir -p "$out"
@@ -30,11 +28,13 @@ for part in $parts; do
   case $part in
     gpu) timeout 420 python3 -m tx bench --platform gpu --threads 8 --json "$out/gpu.json" \
            2>&1 | tee "$out/gpu.txt" ;;
+    gpt2) timeout 200 python3 -m tx bench --platform gpu --threads 8 --only gpt2_small \
+            --json "$out/gpt2.json" 2>&1 | tee "$out/gpt2.txt" ;;
     attention) timeout 150 python3 "$here/benchmarks/gpu_attention.py" 2>&1 \
                  | tee "$out/attention.txt" ;;
     # the project machines' 2 threads, so the ratios compare with benchmarks/NOTES.md
     cpu) timeout 330 python3 -m tx bench --only gpt_baby gpt_6l --threads 2 \
            --json "$out/cpu.json" 2>&1 | tee "$out/cpu.txt" ;;
-    *) echo "unknown part $part (gpu, attention, cpu)" >&2; exit 2 ;;
+    *) echo "unknown part $part (cpu, attention, gpt2, gpu)" >&2; exit 2 ;;
   esac
 done
