@@ -33,9 +33,10 @@ BF16_TARGETS = (
 )
 NO_BF16 = 'no bf16 arithmetic on this host (no avx512_bf16 / AMX): bf16 targets not judged'
 # Datasheet dense peaks, FLOP/s (bf16, TF32), by a name jax's device_kind contains; first match
-# wins (the H100's PCIe card is slower than the SXM 'HBM3' one). float32 products run in TF32
-# on a GPU (XLA's default), so a float32 case's datasheet MFU is against the TF32 peak.
+# wins (the H100's PCIe and NVL cards are slower than the SXM 'HBM3' one). float32 products
+# run in TF32 on a GPU (XLA's default), so a float32 case's datasheet MFU is against TF32's.
 GPU_PEAKS = (('H100 PCIe', {'bfloat16': 756e12, 'float32': 378e12}),
+             ('H100 NVL', {'bfloat16': 835e12, 'float32': 418e12}),
              ('H100', {'bfloat16': 989.4e12, 'float32': 494.7e12}),
              ('H200', {'bfloat16': 989.4e12, 'float32': 494.7e12}),
              ('A100', {'bfloat16': 312e12, 'float32': 156e12}))
