@@ -9,8 +9,7 @@ decoder_7b (6,738,415,616 params) on 64 devices: fsdp=64 14.83 total (params 0.3
 0.78, temporaries 13.66: fits 80 GiB); fsdp=16 x tensor=4 29.75 (fits); data=64 125.27 (no:
 75 GiB of replicated fp32 state). On 8: fsdp=8 112.82 (no), with optim.grad_accum_steps=8
 30.08 (fits). decoder_1b (953,223,168 params) on 8: fsdp=8 49.72, data=8 62.23 (both fit).
-The full table, and why CPU temporaries only estimate a GPU's, is in README.md ("Planning
-memory before a run").
+The full table, and why CPU temporaries only estimate a GPU's, is in docs/plan.md.
 
 Both: pre-RMSNorm, RoPE, SwiGLU, no biases, untied output layer, vocabulary 32,000 (BPE),
 context 2048, scanned layers (`model.scan_layers`: one layer is compiled, whatever the depth)
