@@ -33,3 +33,20 @@ def sample_seconds(call, wait, reps: int) -> list[float]:
     wait(result)
     samples.append((time.perf_counter() - start) / calls)
   return samples
+
+
+def process_usage() -> dict[str, float]:
+  """This process's CPU time and minor page faults so far, all threads (getrusage):
+  {'user_s', 'system_s', 'minor_faults'}."""
+  import resource  # pylint: disable=g-import-not-at-top  (Unix only; only the bench calls this)
+  r = resource.getrusage(resource.RUSAGE_SELF)
+  return {'user_s': r.ru_utime, 'system_s': r.ru_stime, 'minor_faults': float(r.ru_minflt)}
+
+
+def usage_per_step(before: dict[str, float], after: dict[str, float],
+                   steps: int) -> dict[str, float]:
+  """Per-step CPU time and faults between two `process_usage()` snapshots taken around
+  `steps` steps: {'user_s_per_step', 'system_s_per_step', 'minor_faults_per_step'}. System
+  time is where memory the step maps afresh is faulted in and zeroed by the kernel
+  (benchmarks/NOTES.md, attempts 24 and 44)."""
+  return {f'{key}_per_step': (after[key] - before[key]) / max(steps, 1) for key in before}

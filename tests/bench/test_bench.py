@@ -8,7 +8,7 @@ import pytest
 
 from tx import cli
 from tx.bench import cases, report, suite, tx_side, worker
-from tx.timing import calls_per_sample, sample_seconds
+from tx.timing import calls_per_sample, process_usage, sample_seconds, usage_per_step
 
 
 def _doc(tx_tokens, peer_tokens, tx_rss, peer_rss, step_s=2.0, flops=100e9, ceiling=100e9):
@@ -85,6 +85,10 @@ def test_side_by_side_run_measures_tx_and_the_peer():
   got = doc['cases']['gpt_6l']
   assert 'error' not in got, got
   assert got['tx_train']['tokens_per_s'] > 0 and got['tx_train']['peak_rss_bytes'] > 1e7
+  for side in ('tx', 'peer') if peers else ('tx',):  # CPU time and faults per timed step
+    usage = got[f'{side}_train']
+    assert usage['user_s_per_step'] > 0 and usage['system_s_per_step'] >= 0, side
+    assert usage['minor_faults_per_step'] >= 0, side
   for side in ('tx', 'peer') if peers else ('tx',):  # the stand-in changed each side's model
     assert got[f'{side}_train_ablated']['loss'] != got[f'{side}_train']['loss'], side
   assert got['tx_decode_b1']['generated_tokens'] == spec['new']
@@ -101,6 +105,7 @@ def test_side_by_side_run_measures_tx_and_the_peer():
     assert list(times) == ['gpt_6l'] and all(times['gpt_6l'][d] > 0 for d in ('float32',
                                                                               'bfloat16'))
   assert doc['step_attention']['gpt_6l'] == list(cases.step_attention(spec))
+  assert by['gpt_6l', 'train system s/step']['tx'] >= 0
   if peers:
     assert got['peer_decode_b1']['generated_tokens'] == spec['new']
     assert by['gpt_6l', 'train tokens/s']['ratio'] > 0
@@ -321,6 +326,18 @@ def test_a_sample_ends_by_waiting_for_its_last_call():
   per_sample = (len(calls) - 2) // 3
   assert per_sample >= 1 and len(calls) == 2 + 3 * per_sample
   assert waited == [0, 1] + [1 + per_sample * i for i in (1, 2, 3)]
+
+
+def test_usage_per_step_counts_the_kernels_share_of_fresh_memory():
+  """A step that maps and touches fresh memory shows it as system time and page faults."""
+  import mmap  # pylint: disable=g-import-not-at-top
+  before = process_usage()
+  for _ in range(4):
+    with mmap.mmap(-1, 128 << 20) as fresh:  # 128 MiB, touched page by page
+      fresh[::4096] = b'x' * (128 << 20 >> 12)
+  usage = usage_per_step(before, process_usage(), steps=4)
+  assert usage['minor_faults_per_step'] >= 64  # 32,768 4 KiB pages, or 64 huge pages
+  assert usage['system_s_per_step'] > 0 and usage['user_s_per_step'] >= 0
 
 
 def test_step_gemms_are_reported_side_by_side():

@@ -94,6 +94,10 @@ def rows(doc: dict) -> list[dict]:
             dict(peer, flops_per_step=txt['flops_per_step']), spec, peak), ratio=None)
       add(name, 'train peak RSS GB', txt['peak_rss_bytes'] / GB,
           peer and peer['peak_rss_bytes'] / GB)
+      if 'system_s_per_step' in txt and 'device_peak_bytes' not in txt:
+        # The kernel's share of a CPU step: mostly memory faulted in and zeroed afresh.
+        add(name, 'train system s/step', txt['system_s_per_step'],
+            peer and peer.get('system_s_per_step'), ratio=None)
       if 'device_peak_bytes' in txt:
         add(name, 'train peak device GB', txt['device_peak_bytes'] / GB,
             peer and peer.get('device_peak_bytes', 0) / GB or None)

@@ -22,7 +22,8 @@ clip_grad_norm_(1.0) (GPT-2 and BERT) and optimizer.step(), on one fixed random 
 `warmup` untimed steps (`first_step_s` is the first of them, lazy init included), then
 `steps` steps timed one by one (perf_counter). They return step_time_s (median),
 step_time_min_s, tokens_per_s (tokens per step / median step), first_step_s, params
-(unique tensors, so a tied embedding is counted once), loss (last step, checked finite).
+(unique tensors, so a tied embedding is counted once), loss (last step, checked finite),
+and user_s / system_s / minor_faults _per_step over the timed steps (tx.timing).
 
   gpt2_train     transformers GPT2LMHeadModel (gelu_new, tied embeddings, dropout 0), AdamW
                  (lr 1e-3, wd 0.1, betas 0.9/0.99), labels = input_ids (shifted inside the
@@ -101,18 +102,22 @@ def _attention_stand_in(q, k, v, *args, **kwargs):
 
 def _train(spec, model, step, tokens_per_step):
   """The shared training protocol: warmup steps, then `steps` individually timed ones."""
-  times, loss = [], float('nan')
-  for _ in range(spec['warmup'] + spec['steps']):
+  from tx.timing import process_usage, usage_per_step  # pylint: disable=g-import-not-at-top
+  times, loss, before = [], float('nan'), None
+  for i in range(spec['warmup'] + spec['steps']):
+    if i == spec['warmup']:
+      before = process_usage()
     t0 = time.perf_counter()
     loss = step()
     times.append(time.perf_counter() - t0)
+  usage = usage_per_step(before, process_usage(), spec['steps'])
   if not math.isfinite(loss):
     raise FloatingPointError(f'non-finite loss {loss}')
   timed = times[spec['warmup']:]
   median = statistics.median(timed)
   out = {'step_time_s': median, 'step_time_min_s': min(timed),
          'tokens_per_s': tokens_per_step / median, 'first_step_s': times[0],
-         'params': float(sum(p.numel() for p in model.parameters())), 'loss': loss}
+         'params': float(sum(p.numel() for p in model.parameters())), 'loss': loss, **usage}
   if _device(spec) == 'cuda':
     import torch  # pylint: disable=g-import-not-at-top  (optional; imported by _torch already)
     out['device_peak_bytes'] = float(torch.cuda.max_memory_allocated())

@@ -43,7 +43,7 @@ from tx.decode.generate import generate_lm, generate_seq2seq
 from tx.layers.attention import causal_block_count
 from tx.models.build import build_model
 from tx.tasks.objectives import make_task
-from tx.timing import sample_seconds
+from tx.timing import process_usage, sample_seconds, usage_per_step
 from tx.train.flops import flops_per_step, gemm_rates, matmul_rates
 from tx.train.mesh import batch_sharding, logical_rules, make_mesh
 from tx.train.optimizer import make_optimizer
@@ -209,6 +209,7 @@ def train(spec: dict) -> dict:
 
   tokens/s counts the tokens the loss is taken on per step (decoder: batch x ctx; seq2seq:
   batch x tgt_len) except MLM, which counts every input token (batch x ctx) as the peer does.
+  The process's CPU time and page faults per timed step come with it (tx.timing).
   """
   _check_platform(spec)
   with _attention(spec):
@@ -221,7 +222,9 @@ def train(spec: dict) -> dict:
 
   first = _timed(one, 1)[0]
   _timed(one, max(spec['warmup'] - 1, 0))
+  before = process_usage()
   times = _timed(one, spec['steps'])
+  usage = usage_per_step(before, process_usage(), spec['steps'])
   metrics = jax.device_get(one())
   median = statistics.median(times)
   tokens = spec['batch'] * (spec['tgt_len'] if task.name == 'seq2seq' else spec['ctx'])
@@ -234,7 +237,7 @@ def train(spec: dict) -> dict:
               flops_per_step=flops, model_flops_per_s=flops / median,
               params=float(sum(x.size for x in jax.tree_util.tree_leaves(params))),
               loss=float(metrics['loss_sum'] / max(float(metrics['weight_sum']), 1.0)),
-              **_memory(compiled), **_device_peak())
+              **_memory(compiled), **_device_peak(), **usage)
 
 
 def compile_time(spec: dict) -> dict:
