@@ -445,3 +445,15 @@ def test_the_peer_compiles_its_forward_and_loss_once_and_trains_the_same(monkeyp
   eager = torch_peers.gpt2_train(spec)
   compiled = torch_peers.gpt2_train(dict(spec, torch_compile=True))
   assert len(calls) == 1 and compiled['loss'] == pytest.approx(eager['loss'])
+
+
+def test_the_peers_train_with_tx_sides_optimizer_settings():
+  """Each family's optimizer, rate, moments, decay and clipping are the same on both sides."""
+  from tx.bench import torch_peers  # pylint: disable=g-import-not-at-top
+  assert set(torch_peers.OPTIMIZERS) == set(tx_side._OPTIM)  # pylint: disable=protected-access
+  for family, (name, kwargs, clip) in torch_peers.OPTIMIZERS.items():
+    mine = tx_side._OPTIM[family]  # pylint: disable=protected-access
+    assert name.lower() == mine.name, family
+    assert (kwargs['lr'], kwargs['betas'], kwargs['eps']) == (
+        mine.learning_rate, (mine.b1, mine.b2), mine.eps), family
+    assert kwargs.get('weight_decay', 0.0) == mine.weight_decay and clip == mine.clip_norm, family

@@ -26,20 +26,21 @@ step_time_min_s, tokens_per_s (tokens per step / median step), first_step_s, par
 and user_s / system_s / minor_faults _per_step over the timed steps (tx.timing).
 
   gpt2_train     transformers GPT2LMHeadModel (gelu_new, tied embeddings, dropout 0), AdamW
-                 (lr 1e-3, wd 0.1, betas 0.9/0.99), labels = input_ids (shifted inside the
-                 model). tokens_per_s counts batch*ctx. Attention: spec['attn_implementation']
-                 ('eager' | 'sdpa'), default 'sdpa' (transformers 5's CPU default; see below);
-                 `sdpa` = 1.0 / 0.0 reports the one used (also for bert_train).
+                 (lr 1e-3, wd 0.1, betas 0.9/0.99; each family's: OPTIMIZERS), labels =
+                 input_ids (shifted inside the model). tokens_per_s counts batch*ctx.
+                 Attention: spec['attn_implementation'] ('eager' | 'sdpa'), default 'sdpa'
+                 (transformers 5's CPU default; see below); `sdpa` = 1.0 / 0.0 reports the
+                 one used (also for bert_train).
                  spec['ablate_attention'] (gpt2_train, bert_train): sdpa replaced by out = v,
                  the stand-in tx_side.train uses: the step time attention costs in torch.
-  bert_train     transformers BertForMaskedLM (dropout 0), AdamW as above; exactly
+  bert_train     transformers BertForMaskedLM (dropout 0), AdamW (lr 1e-4, wd 0.01); exactly
                  round(15%) of positions carry labels, the rest -100. tokens_per_s counts ALL
                  input tokens (batch*ctx), not only the masked ones.
   seq2seq_train  torch.nn.Transformer (post-LN, relu, dropout 0, batch_first) + separate
                  source / target embeddings (init std d^-1/2) scaled by sqrt(d_model),
                  sinusoidal positions, output projection tied to the target embedding; causal
                  target mask, no padding masks; cross-entropy with label smoothing 0.1; Adam
-                 (lr 1e-3, betas 0.9/0.98, eps 1e-9), no clipping. tokens_per_s counts
+                 (lr 1e-4, betas 0.9/0.98, eps 1e-9), no clipping. tokens_per_s counts
                  target tokens (batch*tgt_len).
 Decoding peers (torch.inference_mode, eval) make one untimed warmup call, then `repeats`
 timed calls: new_tokens_per_s = batch*new / best time, new_tokens_per_s_median, time_s (best).
@@ -134,7 +135,19 @@ def _precision(torch, spec):
   return contextlib.nullcontext()
 
 
-def _optimizer_step(torch, spec, model, opt, loss_fn, clip):
+# Each family's optimizer and gradient clipping, the same as tx_side._OPTIM gives tx's side
+# (tests/bench keep the two equal): torch.optim class, its arguments, clip_grad_norm_ max norm.
+OPTIMIZERS = {
+    'decoder': ('AdamW', dict(lr=1e-3, weight_decay=0.1, betas=(0.9, 0.99), eps=1e-8), 1.0),
+    'encoder': ('AdamW', dict(lr=1e-4, weight_decay=0.01, betas=(0.9, 0.999), eps=1e-8), 1.0),
+    'encoder_decoder': ('Adam', dict(lr=1e-4, betas=(0.9, 0.98), eps=1e-9), None),
+}
+
+
+def _optimizer_step(torch, spec, model, loss_fn, family):
+  """One training step of `model` on loss_fn() with the family's optimizer (OPTIMIZERS)."""
+  name, kwargs, clip = OPTIMIZERS[family]
+  opt = getattr(torch.optim, name)(model.parameters(), **kwargs)
   if spec.get('torch_compile'):
     loss_fn = torch.compile(loss_fn)  # forward + loss; backward through AOTAutograd's graph
 
@@ -143,8 +156,8 @@ def _optimizer_step(torch, spec, model, opt, loss_fn, clip):
     with _precision(torch, spec):
       loss = loss_fn()
     loss.backward()
-    if clip:
-      torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    if clip is not None:
+      torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
     opt.step()
     return loss.item()  # waits for the device: the step's time is its own
   return step
@@ -194,10 +207,9 @@ def _attn(model, spec):
 def gpt2_train(spec):
   torch = _torch(spec)
   model = _gpt2(spec, spec['ctx']).train().to(_device(spec))
-  opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.1, betas=(0.9, 0.99))
   x = torch.randint(0, spec['vocab'], (spec['batch'], spec['ctx']), device=_device(spec))
-  step = _optimizer_step(torch, spec, model, opt, lambda: model(input_ids=x, labels=x).loss,
-                         True)
+  step = _optimizer_step(torch, spec, model, lambda: model(input_ids=x, labels=x).loss,
+                         'decoder')
   attn = _attn(model, spec)  # before the steps: an ablation the model would ignore fails here
   return {**_train(spec, model, step, x.numel()), **attn}
 
@@ -233,14 +245,13 @@ def bert_train(spec):
       attention_probs_dropout_prob=0.0, pad_token_id=0,
       attn_implementation=spec.get('attn_implementation', 'sdpa'))
   model = transformers.BertForMaskedLM(config).train().to(_device(spec))
-  opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.1, betas=(0.9, 0.99))
   x = torch.randint(0, spec['vocab'], (spec['batch'], spec['ctx']))
   labels = torch.full_like(x, -100).view(-1)
   picked = torch.randperm(x.numel())[:max(1, round(0.15 * x.numel()))]
   labels[picked] = x.view(-1)[picked]
   x, labels = x.to(_device(spec)), labels.view_as(x).to(_device(spec))
-  step = _optimizer_step(torch, spec, model, opt, lambda: model(input_ids=x, labels=labels).loss,
-                         True)
+  step = _optimizer_step(torch, spec, model, lambda: model(input_ids=x, labels=labels).loss,
+                         'encoder')
   attn = _attn(model, spec)
   return {**_train(spec, model, step, x.numel()), **attn}
 
@@ -285,7 +296,6 @@ def seq2seq_train(spec):
   torch = _torch(spec)
   model = _seq2seq(torch, spec, max(spec['src_len'], spec['tgt_len'])).train()
   model = model.to(_device(spec))
-  opt = torch.optim.Adam(model.parameters(), betas=(0.9, 0.98), eps=1e-9)
   b, v, device = spec['batch'], spec['vocab'], _device(spec)
   src = torch.randint(0, v, (b, spec['src_len']), device=device)
   # decoder input tgt[:, :-1], labels tgt[:, 1:]
@@ -295,7 +305,7 @@ def seq2seq_train(spec):
     logits = model.decode(tgt[:, :-1], model.encode(src))
     return torch.nn.functional.cross_entropy(logits.reshape(-1, v), tgt[:, 1:].reshape(-1),
                                              label_smoothing=0.1)
-  step = _optimizer_step(torch, spec, model, opt, loss_fn, False)
+  step = _optimizer_step(torch, spec, model, loss_fn, 'encoder_decoder')
   return _train(spec, model, step, b * spec['tgt_len'])
 
 
