@@ -21,6 +21,17 @@ def test_read_debris_of_a_damaged_step_is_dropped_in_both_shapes():
     assert not keep(_record(message, tensorstore))
 
 
+def test_an_unawaited_write_that_found_the_disk_full_is_dropped():
+  """A save's async metadata write failing with ENOSPC after the save was reported as one
+  DiskFullError line (tests/train/test_disk_full.py runs the real case)."""
+  import errno  # pylint: disable=g-import-not-at-top
+  keep = orphaned_reads._NeverRetrievedReadErrors().filter
+  full = OSError(errno.ENOSPC, 'No space left on device')
+  assert not keep(_record('Future exception was never retrieved', full))
+  assert keep(_record('Future exception was never retrieved', OSError(errno.EACCES, 'denied')))
+  assert keep(_record('something else', full))
+
+
 def test_anything_else_reaches_the_log():
   keep = orphaned_reads._NeverRetrievedReadErrors().filter
   assert keep(_record('Future exception was never retrieved', ValueError('a real bug')))

@@ -13,7 +13,10 @@ texts) and how the hooks are installed live in tx/compat.py.
 A save that fills the disk leaves the same closed-loop callbacks, and Orbax logs each of its
 failed background threads with a traceback (three or four per save) before the error reaches
 `wait()`; the Checkpointer reports it there as one DiskFullError line, so those log records
-are dropped too (`silence()` covers both; only records whose error says the disk is full).
+are dropped too (`silence()` covers both; only records whose error says the disk is full). The
+save's other writes (Orbax's async metadata files) can fail the same way unawaited, and asyncio
+then reports them as never retrieved when they are collected, sometimes after the error line:
+those records are dropped when their error says the disk is full.
 """
 
 from __future__ import annotations
@@ -25,11 +28,14 @@ from tx.errors import is_disk_full
 
 
 class _NeverRetrievedReadErrors(logging.Filter):
+  """Drops asyncio's 'never retrieved' records of a failed read, or of a write that found the
+  disk full (both already reported once)."""
 
   def filter(self, record):
     first_line = record.getMessage().split('\n', 1)[0]
     exc = record.exc_info[1] if record.exc_info else None
-    return not (compat.NEVER_RETRIEVED in first_line and compat.is_orbax_read_error(exc))
+    return not (compat.NEVER_RETRIEVED in first_line
+                and (compat.is_orbax_read_error(exc) or is_disk_full(exc)))
 
 
 class _DiskFullSaveThreads(logging.Filter):
