@@ -128,7 +128,7 @@ class ModelConfig:
   remat: str = choice(*REMAT_POLICIES)
   dtype: str = choice(*DTYPES)  # compute dtype
   param_dtype: str = choice(*DTYPES)
-  attention_impl: str = choice('auto', 'xla', 'einsum', 'cudnn')
+  attention_impl: str = choice('auto', 'xla', 'einsum', 'cudnn', 'torch')
   # Causal self-attention without a cache (training, eval) in query blocks that skip the
   # masked keys (ops.dot_product_attention): 0 = one block per 64 queries, at most 4;
   # 1 = one block (the full L x L scores); n = n blocks. Same result either way.
@@ -142,6 +142,17 @@ class ModelConfig:
   # each stack from its first layer ('local' = all; 'local,global' = Gemma-2: even layers
   # local). Only with attention_window > 0.
   attention_pattern: str = 'local'
+
+  @property
+  def torch_attention_conflict(self) -> str:
+    """What attention_impl='torch' cannot do that this model needs ('' if nothing)."""
+    if self.position in ('t5', 'alibi'):
+      return f'attention bias (model.position={self.position})'
+    if self.attention_softcap:
+      return 'soft-cap (model.attention_softcap)'
+    if self.attention_dropout:
+      return 'attention dropout (model.attention_dropout)'
+    return ''
 
   def validate(self):
     positive = ('vocab_size', 'd_model', 'num_heads', 'd_ff', 'max_len', 'num_layers')
@@ -189,6 +200,9 @@ class ModelConfig:
            'needs >= 2 buckets and model.t5_max_distance > num_buckets/4 '
            f'(got {self.t5_num_buckets}, {self.t5_max_distance})')
     self._validate_window()
+    if self.attention_impl == 'torch' and self.torch_attention_conflict:
+      fail('model.attention_impl', f"'torch' (PyTorch's CPU flash kernel) takes no "
+           f'{self.torch_attention_conflict}; use xla or auto')
     if self.scan_layers and self.is_moe and self.moe.every > 1:
       fail('model.scan_layers', 'scanned layers must be identical; use model.moe.every=1 '
            'or model.scan_layers=False')

@@ -34,7 +34,7 @@ class AttentionConfig:
   rope_fraction: float = 1.0
   rope_interleaved: bool = False  # GPT-J pairs (x0, x1), (x2, x3) ... instead of halves
   rope_scaling: RopeScalingConfig = nested(RopeScalingConfig)  # with original_max_len set
-  implementation: str = choice('auto', 'xla', 'einsum', 'cudnn')
+  implementation: str = choice('auto', 'xla', 'einsum', 'cudnn', 'torch')
   # > 1 (or 0 = by length) promises a causal mask: self-attention without a cache then
   # runs in query blocks that skip the hidden keys (ops.dot_product_attention).
   causal_blocks: int = 1

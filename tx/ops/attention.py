@@ -1,4 +1,4 @@
-"""Scaled dot-product attention: one entry point, three paths (XLA, cuDNN, einsum).
+"""Scaled dot-product attention: one entry point, four paths (XLA, cuDNN, einsum, torch).
 
 `dot_product_attention` accepts multi-head (K == H), grouped-query (1 < K < H)
 and multi-query (K == 1) key/value heads. Query head h reads kv head h // (H // K),
@@ -8,6 +8,8 @@ Paths:
   'xla'            tx/ops/xla_attention.py: XLA ops with a flash-style backward.
   'cudnn'          jax.nn.dot_product_attention(implementation='cudnn').
   'einsum'         the explicit path below; the only one with weights and dropout.
+  'torch'          tx/ops/torch_attention.py: PyTorch's CPU flash kernel in a host
+                   callback (no bias or soft-cap); chosen explicitly or by `tx tune`.
   'auto'           einsum if weights or dropout are requested; otherwise 'xla',
                    trying cuDNN first on GPU with bf16/fp16 inputs.
 
@@ -29,9 +31,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from tx import compat
+from tx.ops.torch_attention import torch_attention
 from tx.ops.xla_attention import masked_logits, weighted_values, xla_attention
 
-_IMPLEMENTATIONS = ('auto', 'xla', 'einsum', 'cudnn')
+_IMPLEMENTATIONS = ('auto', 'xla', 'einsum', 'cudnn', 'torch')
 # Finite, so a fully masked row stays NaN-free (softmax of equal values).
 _MASK_VALUE = -0.7 * float(np.finfo(np.float32).max)
 
@@ -47,8 +50,9 @@ def dot_product_attention(q_BLHD, k_BSKD, v_BSKD, *, mask=None, bias=None, scale
   mask: bool, broadcastable to [B, H, L, S] (True = may attend), or None.
   bias: float additive, broadcastable to [B, H, L, S], or None.
   scale: None -> 1/sqrt(D); a float otherwise (T5 passes 1.0).
-  implementation: 'auto' | 'xla' | 'einsum' | 'cudnn'. 'xla': XLA ops with a
-    hand-written backward (tx/ops/xla_attention.py); 'cudnn':
+  implementation: 'auto' | 'xla' | 'einsum' | 'cudnn' | 'torch'. 'xla': XLA ops with a
+    hand-written backward (tx/ops/xla_attention.py); 'torch': PyTorch's CPU flash kernel
+    through a host callback (tx/ops/torch_attention.py; no bias or soft-cap); 'cudnn':
     jax.nn.dot_product_attention(implementation='cudnn'); 'einsum' is the explicit
     path; 'auto' uses 'xla' ('cudnn' first on GPU with bf16/fp16 inputs, falling back
     to 'xla' when cuDNN refuses the call: tx.compat.is_cudnn_refusal; any other error
@@ -81,11 +85,13 @@ def dot_product_attention(q_BLHD, k_BSKD, v_BSKD, *, mask=None, bias=None, scale
   if causal_blocks > 1 and L != S:
     raise ValueError(f'causal_blocks={causal_blocks} needs self-attention (L == S), got '
                      f'L={L}, S={S}; pass causal_blocks=1')
+  mask_unbroadcast = None  # torch's kernel reads a [B, 1, 1, S] padding mask as it is
   if mask is not None:
     mask = jnp.asarray(mask)
     if mask.dtype != jnp.bool_:
       raise ValueError(f'mask must be bool (True = may attend), got {mask.dtype}; '
                        'pass additive masks as bias')
+    mask_unbroadcast = mask.reshape((1,) * (4 - mask.ndim) + mask.shape)
     mask = _as_4d(mask, full_BHLS, 'mask')
   if bias is not None:
     bias = _as_4d(jnp.asarray(bias), full_BHLS, 'bias')
@@ -100,7 +106,10 @@ def dot_product_attention(q_BLHD, k_BSKD, v_BSKD, *, mask=None, bias=None, scale
   scale = 1.0 / float(np.sqrt(D)) if scale is None else scale
 
   use_dropout = dropout_rate > 0.0 and dropout_rng is not None
-  if implementation in ('xla', 'cudnn') and (return_weights or use_dropout):
+  if implementation == 'torch' and (bias is not None or softcap):
+    raise ValueError("implementation='torch' takes no bias or soft-cap (T5 / ALiBi "
+                     "positions, Gemma-2); use 'xla' or 'auto'")
+  if implementation in ('xla', 'cudnn', 'torch') and (return_weights or use_dropout):
     raise ValueError(f'implementation={implementation!r} cannot return weights or apply '
                      "dropout; use 'einsum' or 'auto'")
   if implementation == 'einsum' or (implementation == 'auto' and (return_weights or use_dropout)):
@@ -125,6 +134,9 @@ def dot_product_attention(q_BLHD, k_BSKD, v_BSKD, *, mask=None, bias=None, scale
     return out_BLHD
   if implementation == 'cudnn':
     return _cudnn_attention(q_BLHD, k_BSKD, v_BSKD, mask, bias, scale, causal=causal_blocks > 1)
+  if implementation == 'torch':
+    return torch_attention(q_BLHD, k_BSKD, v_BSKD, mask_unbroadcast, scale, _MASK_VALUE,
+                           causal=causal_blocks > 1)
   return _causal_blocks(q_BLHD, k_BSKD, v_BSKD, mask, bias, scale, causal_blocks, softcap,
                         window)
 

@@ -1,0 +1,156 @@
+"""implementation='torch': PyTorch's CPU flash kernel called from XLA, against the XLA path."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from tx.ops import causal_mask, combine_masks, dot_product_attention, key_padding_mask
+from tx.ops import torch_attention
+
+pytest.importorskip('torch')
+
+B, L, S, D = 2, 4, 5, 8
+
+
+def _qkv(H, K, seed=0, length=S, dtype=jnp.float32):
+  rng = np.random.default_rng(seed)
+  return tuple(jnp.asarray(rng.standard_normal(shape, np.float32), dtype)
+               for shape in [(B, L, H, D), (B, length, K, D), (B, length, K, D)])
+
+
+def _values_and_grads(impl, q, k, v, mask, causal_blocks=1):
+  cotangent = jnp.asarray(np.random.default_rng(5).standard_normal(q.shape, np.float32))
+
+  def loss(q, k, v):
+    out = dot_product_attention(q, k, v, mask=mask, implementation=impl,
+                                causal_blocks=causal_blocks)
+    return jnp.sum(out.astype(jnp.float32) * cotangent), out
+
+  (_, out), grads = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2), has_aux=True))(q, k, v)
+  return out, grads
+
+
+@pytest.mark.parametrize('H,K', [(4, 4), (4, 2), (4, 1)], ids=['mha', 'gqa', 'mqa'])
+def test_equals_the_xla_path_forward_and_backward(H, K):
+  """A causal-with-offset + padding mask with one query row that sees nothing (one head):
+  the output and the gradients of q, k, v as the XLA path gives them, and exact zeros
+  for that row."""
+  q, k, v = _qkv(H, K, seed=1)
+  valid_BS = jnp.array([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]], bool)
+  mask = np.array(jnp.broadcast_to(
+      combine_masks(causal_mask(L, S, offset=S - L), key_padding_mask(valid_BS)), (B, H, L, S)))
+  mask[1, 0, 2] = False
+  mask = jnp.asarray(mask)
+  out_torch, grads_torch = _values_and_grads('torch', q, k, v, mask)
+  out_xla, grads_xla = _values_and_grads('xla', q, k, v, mask)
+  np.testing.assert_allclose(out_torch, out_xla, atol=2e-6)
+  for g_torch, g_xla in zip(grads_torch, grads_xla):
+    assert g_torch.shape == g_xla.shape and g_torch.dtype == g_xla.dtype
+    np.testing.assert_allclose(g_torch, g_xla, atol=2e-5)
+  assert np.all(np.asarray(out_torch[1, 2, 0]) == 0.0)
+  assert np.all(np.asarray(grads_torch[0][1, 2, 0]) == 0.0)
+  assert np.isfinite(np.asarray(grads_torch[1])).all()
+
+
+def test_without_a_mask_and_with_a_padding_mask_as_given():
+  """No mask, and a [B, 1, 1, S] padding mask (the kernel reads it unbroadcast)."""
+  q, k, v = _qkv(2, 2, seed=2)
+  for mask in (None, key_padding_mask(jnp.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], bool))):
+    out_torch, grads_torch = _values_and_grads('torch', q, k, v, mask)
+    out_xla, grads_xla = _values_and_grads('xla', q, k, v, mask)
+    np.testing.assert_allclose(out_torch, out_xla, atol=2e-6)
+    for g_torch, g_xla in zip(grads_torch, grads_xla):
+      np.testing.assert_allclose(g_torch, g_xla, atol=2e-5)
+
+
+def test_a_causal_promise_lets_the_kernel_skip_and_changes_nothing():
+  """causal_blocks > 1 (self-attention under a causal mask) runs torch's causal mode with
+  the mask on top: the same values as the XLA path's query blocks, and as no promise."""
+  q, k, v = _qkv(4, 2, seed=3, length=L)
+  mask = causal_mask(L)
+  out_causal, grads_causal = _values_and_grads('torch', q, k, v, mask, causal_blocks=2)
+  out_plain, grads_plain = _values_and_grads('torch', q, k, v, mask)
+  out_xla, grads_xla = _values_and_grads('xla', q, k, v, mask, causal_blocks=2)
+  np.testing.assert_allclose(out_causal, out_plain, atol=2e-6)
+  np.testing.assert_allclose(out_causal, out_xla, atol=2e-6)
+  for g_causal, g_plain, g_xla in zip(grads_causal, grads_plain, grads_xla):
+    np.testing.assert_allclose(g_causal, g_plain, atol=2e-5)
+    np.testing.assert_allclose(g_causal, g_xla, atol=2e-5)
+
+
+def test_bf16_inputs_give_bf16_output_and_gradients_close_to_f32():
+  q, k, v = _qkv(4, 2, seed=4)
+  mask = key_padding_mask(jnp.array([[1, 1, 1, 1, 1], [1, 1, 0, 0, 0]], bool))
+  out32, grads32 = _values_and_grads('torch', q, k, v, mask)
+  out16, grads16 = _values_and_grads('torch', *(x.astype(jnp.bfloat16) for x in (q, k, v)),
+                                     mask)
+  assert out16.dtype == jnp.bfloat16 and all(g.dtype == jnp.bfloat16 for g in grads16)
+  np.testing.assert_allclose(np.asarray(out16, np.float32), out32, atol=5e-2)
+  for g16, g32 in zip(grads16, grads32):
+    np.testing.assert_allclose(np.asarray(g16, np.float32), g32, atol=1e-1)
+
+
+@pytest.mark.parametrize('kwargs,match', [
+    (dict(bias=jnp.zeros((1, 4, L, S))), 'no bias or soft-cap'),
+    (dict(softcap=30.0), 'no bias or soft-cap'),
+    (dict(return_weights=True), 'cannot return weights'),
+])
+def test_what_the_kernel_cannot_do_is_a_one_line_error(kwargs, match):
+  q, k, v = _qkv(4, 4)
+  with pytest.raises(ValueError, match=match):
+    dot_product_attention(q, k, v, implementation='torch', **kwargs)
+
+
+def test_other_dtypes_and_a_missing_torch_are_one_line_errors(monkeypatch):
+  q, k, v = _qkv(4, 4, dtype=jnp.float16)
+  with pytest.raises(ValueError, match='float32 or bfloat16'):
+    dot_product_attention(q, k, v, implementation='torch')
+  monkeypatch.setitem(sys.modules, 'torch', None)  # `import torch` now raises ImportError
+  torch_attention._torch.cache_clear()
+  try:
+    with pytest.raises(ValueError, match=r"needs PyTorch: pip install -e '\.\[interop\]'"):
+      dot_product_attention(*_qkv(4, 4), implementation='torch')
+  finally:
+    torch_attention._torch.cache_clear()
+
+
+_MESH_CHILD = r'''
+import jax, jax.numpy as jnp, numpy as np
+from jax.sharding import NamedSharding, PartitionSpec as P
+from tx import ops
+assert jax.device_count() == 8
+mesh = jax.make_mesh((4, 2), ('data', 'tensor'), axis_types=(jax.sharding.AxisType.Auto,) * 2)
+rng = np.random.default_rng(0)
+for batch in (8, 2):  # split over the devices; too small to split: whole on each
+  q, k, v = (jax.device_put(jnp.asarray(rng.standard_normal((batch, 16, 4, 8)), jnp.float32),
+                            NamedSharding(mesh, P('data' if batch == 8 else None)))
+             for _ in range(3))
+  valid = jnp.ones((batch, 16), bool).at[:, 12:].set(False)
+  for make_mask in (ops.key_padding_mask, lambda valid: ops.causal_mask(16)):
+    def grads(impl):
+      loss = lambda q, k, v, valid: jnp.sum(ops.dot_product_attention(
+          q, k, v, mask=make_mask(valid), implementation=impl) ** 2)
+      with jax.set_mesh(mesh):
+        return jax.jit(jax.grad(loss, argnums=(0, 1, 2)))(q, k, v, valid)
+    for a, b in zip(grads('xla'), grads('torch')):
+      np.testing.assert_allclose(a, b, atol=2e-5)
+print('ok')
+'''
+
+
+def test_under_a_multi_device_mesh_each_device_calls_the_kernel(tmp_path):
+  """XLA cannot partition a host callback: under `jax.set_mesh` of 8 CPU devices each
+  device runs its share of the batch (or, when the batch does not split, all of it)."""
+  root = Path(__file__).resolve().parents[2]
+  env = dict(os.environ, JAX_PLATFORMS='cpu', PYTHONPATH=str(root),
+             XLA_FLAGS='--xla_force_host_platform_device_count=8')
+  (tmp_path / 'child.py').write_text(_MESH_CHILD)
+  proc = subprocess.run([sys.executable, str(tmp_path / 'child.py')], env=env,
+                        capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 0 and proc.stdout.strip().endswith('ok'), proc.stderr[-3000:]
