@@ -328,7 +328,7 @@ def cmd_train(args) -> int:
     cfg = resolve_experiment(args.experiment, parse_overrides(args.set))
   if not args.no_tune:
     from tx.runs import tune  # pylint: disable=g-import-not-at-top
-    tune.apply(cfg, tune_if_missing=args.tune)
+    cfg = tune.with_model_choice(cfg, tune.apply(cfg, tune_if_missing=args.tune))
   from tx.config.base import to_dict  # pylint: disable=g-import-not-at-top
   distributed.check_same_config(to_dict(cfg), args.coordinator_timeout)
   check_workdir(args.workdir, cfg.name)

@@ -3,6 +3,7 @@ and step, is applied by `tx train`, and can be turned off. No timing thresholds:
 candidate wins is the machine's business; the tests check the selection rule on the recorded
 (or, for the rule itself, fixed) timings and that each candidate's flags reach its step."""
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -33,16 +34,21 @@ def tuned(tmp_path_factory):
   """One real selection: two candidates, one step each, in fresh processes."""
   env = dict(os.environ, TX_CACHE_DIR=str(tmp_path_factory.mktemp('cache')))
   said = []
-  entry = tune.tune(_cfg(), candidates={'default': '', 'onednn': ONEDNN}, steps=1, warmup=0,
-                    rounds=1, env=env, say=said.append)
+  candidates = {'default': '', 'onednn': ONEDNN}
+  if importlib.util.find_spec('torch'):
+    candidates['torch_attention'] = tune.MODEL_CANDIDATES['torch_attention']
+  entry = tune.tune(_cfg(), candidates=candidates, steps=1, warmup=0, rounds=1, env=env,
+                    say=said.append)
   return entry, env, said
 
 
 def test_the_fastest_measured_candidate_is_chosen_and_cached(tuned):
   entry, env, said = tuned
-  assert set(entry['timings']) == {'default', 'onednn'} and not entry['failed']
+  assert {'default', 'onednn'} <= set(entry['timings']) and not entry['failed']
   assert entry['choice'] == tune.choose(entry['timings'], entry['margin'])
-  assert entry['xla_flags'] == {'default': '', 'onednn': ONEDNN}[entry['choice']]
+  assert entry['xla_flags'] == {'onednn': ONEDNN}.get(entry['choice'], '')
+  assert entry['model_overrides'] == (
+      {'attention_impl': 'torch'} if entry['choice'] == 'torch_attention' else {})
   # each candidate's flags reached its measuring process
   assert ONEDNN in entry['details']['onednn']['xla_flags']
   assert ONEDNN not in entry['details']['default']['xla_flags']
@@ -197,3 +203,44 @@ def test_tx_sweep_applies_the_first_runs_cached_choice(tmp_path, monkeypatch):
                            seeds=1) if 'gelu' in r.variant][0]
   assert applied[0][0] == first.config and applied[0][1] == {'tune_if_missing': False}
   assert applied[1][1] == {'tune_if_missing': True}
+
+
+def test_a_model_candidate_reaches_its_step(tuned):
+  """torch_attention is timed with model.attention_impl=torch, the others with the config's."""
+  pytest.importorskip('torch')
+  details = tuned[0]['details']
+  assert details['torch_attention']['attention_impl'] == 'torch'
+  assert details['default']['attention_impl'] == details['onednn']['attention_impl'] == 'auto'
+
+
+def test_model_candidates_are_timed_only_where_tx_chooses_the_attention(monkeypatch):
+  pytest.importorskip('torch')
+  assert set(tune.model_candidates(_cfg())) == {'torch_attention'}
+  for setting in ('model.attention_impl=xla', 'model.position=alibi',
+                  'model.attention_softcap=30', 'model.attention_dropout=0.1'):
+    assert tune.model_candidates(_cfg(setting)) == {}, setting
+  monkeypatch.setattr(importlib.util, 'find_spec', lambda name: None)  # torch not installed
+  assert tune.model_candidates(_cfg()) == {}
+
+
+def test_a_chosen_model_setting_is_cached_and_applied_by_train_unless_set(tmp_path, monkeypatch):
+  """The choice's model settings go into the entry; `with_model_choice` applies them to a
+  config that left the attention to tx ('auto'), with a line saying so, and only then."""
+  seen = []
+  def fake(target, spec, *, threads, env):
+    seen.append(spec['model_overrides'])
+    return {'step_time_s': 0.5 if spec['model_overrides'] else 1.0, 'compile_s': 0.0}
+  monkeypatch.setattr(worker, 'run_isolated', fake)
+  candidates = {'default': '', 'torch_attention': tune.MODEL_CANDIDATES['torch_attention']}
+  entry = tune.tune(_cfg(), candidates=candidates, rounds=1, env={'TX_CACHE_DIR': str(tmp_path)},
+                    say=lambda m: None)
+  assert seen == [{}, {'attention_impl': 'torch'}]
+  assert entry['choice'] == 'torch_attention' and entry['xla_flags'] == ''
+  assert entry['model_overrides'] == {'attention_impl': 'torch'}
+  said = []
+  assert tune.with_model_choice(_cfg(), entry, said.append).model.attention_impl == 'torch'
+  assert len(said) == 1 and 'model.attention_impl=torch' in said[0] and 'TX_TUNE=0' in said[0]
+  chosen_by_user = _cfg('model.attention_impl=xla')
+  assert tune.with_model_choice(chosen_by_user, entry, said.append) is chosen_by_user
+  assert tune.with_model_choice(_cfg(), None, said.append).model.attention_impl == 'auto'
+  assert len(said) == 1

@@ -47,6 +47,12 @@ CANDIDATES = {
     'ynn_dots_only': '--xla_cpu_experimental_ynn_fusion_type=dot',
     'ynn_off': '--xla_cpu_experimental_ynn_fusion_type=',
 }
+# name -> model settings timed beside the flags where `model_candidates` says they apply.
+# torch_attention: PyTorch's CPU flash kernel in the step (tx/ops/torch_attention.py), which
+# can beat XLA:CPU's one-core batched products (benchmarks/NOTES.md, attempt 47).
+MODEL_CANDIDATES = {
+    'torch_attention': {'model': {'attention_impl': 'torch'}},
+}
 OPT_OUT = 'TX_TUNE'
 WORKER = 'tx.runs.tune:time_step'
 
@@ -65,6 +71,35 @@ def host_key(host: dict) -> dict:
   keys = ('vendor', 'model_name', 'family', 'model', 'stepping', 'isa_level', 'usable_cpus',
           'jax', 'jaxlib')
   return {k: host.get(k) for k in keys} | {'isa': dict(sorted((host.get('isa') or {}).items()))}
+
+
+def model_candidates(cfg) -> dict:
+  """The MODEL_CANDIDATES that may replace what `cfg`'s model left to tx: the attention
+  implementation when it is 'auto', the model needs nothing torch's kernel lacks (an
+  attention bias, soft-cap or dropout) and torch is installed."""
+  import importlib.util  # pylint: disable=g-import-not-at-top
+  if (cfg.model.attention_impl != 'auto' or cfg.model.torch_attention_conflict
+      or importlib.util.find_spec('torch') is None):
+    return {}
+  return dict(MODEL_CANDIDATES)
+
+
+def _setting(candidate) -> tuple[str, dict]:
+  """(XLA flags, model overrides) of a candidate: a flags string, or {'xla_flags', 'model'}."""
+  if isinstance(candidate, str):
+    return candidate, {}
+  return candidate.get('xla_flags', ''), dict(candidate.get('model', {}))
+
+
+def with_model_choice(cfg, entry: dict | None, say=print):
+  """`cfg` with the model settings of a cached choice (`apply`'s entry), where the config
+  left them to tx (attention_impl 'auto'); `cfg` itself otherwise."""
+  overrides = (entry or {}).get('model_overrides') or {}
+  if not overrides or cfg.model.attention_impl != 'auto':
+    return cfg
+  said = ', '.join(f'model.{k}={v}' for k, v in overrides.items())
+  say(f'tx: {said}, chosen by `tx tune` on this host for this step; {OPT_OUT}=0 turns this off')
+  return cfg.replace(model=cfg.model.replace(**overrides))
 
 
 def _tuned_config(cfg):
@@ -133,7 +168,7 @@ def tune(cfg, *, candidates=None, steps: int = 5, warmup: int = 2, rounds: int =
   from tx.bench import host as host_lib  # pylint: disable=g-import-not-at-top
   from tx.config.base import ConfigError  # pylint: disable=g-import-not-at-top
   env = dict(os.environ if env is None else env)
-  candidates = dict(CANDIDATES if candidates is None else candidates)
+  candidates = dict(CANDIDATES | model_candidates(cfg) if candidates is None else candidates)
   if not candidates:
     raise ConfigError('tx tune: no candidate settings to time')
   if steps < 1 or warmup < 0 or rounds < 1 or not 0 <= margin < 1:
@@ -186,9 +221,9 @@ def _measure(cfg, host, path, candidates, steps, warmup, rounds, margin, threads
     for name in names[r % len(names):] + names[:r % len(names)]:  # each round starts later
       if name in failed:
         continue
-      flags = candidates[name]
+      flags, model = _setting(candidates[name])
       try:
-        result = run_isolated(WORKER, spec, threads=threads,
+        result = run_isolated(WORKER, dict(spec, model_overrides=model), threads=threads,
                               env={'XLA_FLAGS': merge_flags(own, flags)})
       except BenchError as e:
         failed[name] = str(e)
@@ -197,12 +232,13 @@ def _measure(cfg, host, path, candidates, steps, warmup, rounds, margin, threads
       runs.setdefault(name, []).append(result['step_time_s'])
       details[name] = result
       say(f'tx tune: round {r + 1} {name:<14} {result["step_time_s"] * 1e3:9.1f} ms/step '
-          f'(compile {result["compile_s"]:.1f}s) {flags or "(XLA defaults)"}')
+          f'(compile {result["compile_s"]:.1f}s) {_described(flags, model)}')
   timings = {name: statistics.median(t) for name, t in runs.items() if name not in failed}
   if not timings:
     raise ConfigError(f'tx tune: every candidate failed: {failed}')
   choice = choose(timings, margin)
-  entry = {'choice': choice, 'xla_flags': candidates[choice], 'timings': timings,
+  flags, model = _setting(candidates[choice])
+  entry = {'choice': choice, 'xla_flags': flags, 'model_overrides': model, 'timings': timings,
            'rounds_timings': runs, 'failed': failed, 'details': details,
            'candidates': candidates, 'steps': steps, 'warmup': warmup, 'rounds': rounds,
            'margin': margin, 'threads': threads, 'experiment': cfg.name,
@@ -215,6 +251,11 @@ def _measure(cfg, host, path, candidates, steps, warmup, rounds, margin, threads
   gain = f', {base / timings[choice]:.2f}x the defaults' if base else ''
   say(f'tx tune: chose {choice!r}{gain}; cached in {path}')
   return entry
+
+
+def _described(flags: str, model: dict) -> str:
+  return ' '.join([flags] * bool(flags) + [f'model.{k}={v}' for k, v in model.items()]) or \
+      '(XLA defaults)'
 
 
 def apply(cfg, *, env=None, say=print, tune_if_missing: bool = False) -> dict | None:
@@ -244,7 +285,8 @@ def apply(cfg, *, env=None, say=print, tune_if_missing: bool = False) -> dict | 
 def time_step(spec: dict) -> dict:
   """Worker (run in its own process by `tune`): compiles spec['config']'s training step and
   times it on synthetic batches of its shapes. Returns step_time_s (median of spec['steps']
-  timed steps after spec['warmup']), step_time_min_s, compile_s, platform, xla_flags."""
+  timed steps after spec['warmup']), step_time_min_s, compile_s, platform, attention_impl
+  (after spec['model_overrides']), xla_flags."""
   import flax.linen as nn  # pylint: disable=g-import-not-at-top
   import jax  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
@@ -258,6 +300,7 @@ def time_step(spec: dict) -> dict:
   from tx.train.state import init_state, state_shardings  # pylint: disable=g-import-not-at-top
   from tx.train.step import configured_train_step  # pylint: disable=g-import-not-at-top
   cfg = from_dict(ExperimentConfig, spec['config'])
+  cfg = cfg.replace(model=cfg.model.replace(**spec.get('model_overrides', {})))
   task, model = make_task(cfg), build_model(cfg.model)
   optimizer, _ = run_optimizer(cfg)
   mesh, rules = make_mesh(cfg.mesh, jax.devices()[:1]), logical_rules(cfg.mesh)
@@ -289,6 +332,7 @@ def time_step(spec: dict) -> dict:
       times.append(time.perf_counter() - start)
   return {'step_time_s': statistics.median(times), 'step_time_min_s': min(times),
           'compile_s': compile_s, 'platform': jax.devices()[0].platform,
+          'attention_impl': cfg.model.attention_impl,
           'xla_flags': os.environ.get('XLA_FLAGS', '')}
 
 
@@ -298,15 +342,15 @@ def cli(args, resolve) -> int:
   cfg = resolve(args.experiment, parse_overrides(args.set))
   candidates = None
   if args.candidates:
-    unknown = [c for c in args.candidates if c not in CANDIDATES]
+    known = CANDIDATES | MODEL_CANDIDATES
+    unknown = [c for c in args.candidates if c not in known]
     if unknown:
       from tx.errors import UserError  # pylint: disable=g-import-not-at-top
-      raise UserError(f'--candidates: unknown {", ".join(unknown)}; known: '
-                      f'{", ".join(CANDIDATES)}')
-    candidates = {c: CANDIDATES[c] for c in args.candidates}
+      raise UserError(f'--candidates: unknown {", ".join(unknown)}; known: {", ".join(known)}')
+    candidates = {c: known[c] for c in args.candidates}
   say = lambda m: print(m, file=sys.stderr, flush=True)
   entry = tune(cfg, candidates=candidates, steps=args.steps, warmup=args.warmup,
                rounds=args.rounds, margin=args.margin, force=args.force, say=say)
-  print(json.dumps({k: entry[k] for k in ('choice', 'xla_flags', 'timings', 'failed')},
-                   indent=1))
+  print(json.dumps({k: entry.get(k) for k in ('choice', 'xla_flags', 'model_overrides', 'timings',
+                                                'failed')}, indent=1))
   return 0
