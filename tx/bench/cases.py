@@ -73,6 +73,12 @@ SUITE = (
     # speed (benchmarks/NOTES.md, attempt 37).
     Case('bert_6l', _bert(6, 6, 384, 256, 16, steps=5, warmup=1),
          note="tx's defaults: unscanned, no remat"),
+    # XLA:CPU runs attention's batched products on one core (benchmarks/NOTES.md, 39-43);
+    # torch's fused kernel, called from the step, is what model.attention_impl=torch buys.
+    Case('bert_6l_torch_attention', _bert(6, 6, 384, 256, 16, steps=5, warmup=1,
+                                          attention_impl='torch'),
+         note="bert_6l with model.attention_impl=torch: PyTorch's CPU flash kernel inside "
+              "tx's step (a host callback)"),
     # The larger seq2seq case runs scanned + dots_no_batch like gpt_6l, for the same reason
     # (less memory, no slower; benchmarks/NOTES.md); the small ones are overhead-bound.
     Case('seq2seq_small', _s2s(2, 4, 128, 32, 32, 1000, steps=10, warmup=2, **_S2S_DECODE),
@@ -149,7 +155,8 @@ def _timed_alone(cases, shapes) -> dict:
   """{float32 case name: shapes(spec)} for the decoder and encoder cases trained against a
   peer (a bf16 case under the name of its float32 case: the same shapes)."""
   return {c.spec.get('float32_case') or c.name: shapes(c.spec) for c in cases
-          if c.spec.get('family') in ('decoder', 'encoder') and 'train' in c.kinds and c.peer}
+          if c.spec.get('family') in ('decoder', 'encoder') and 'train' in c.kinds and c.peer
+          and c.spec.get('attention_impl') != 'torch'}  # bert_6l's shapes: timed there
 
 
 def gemm_cases(cases) -> dict:
