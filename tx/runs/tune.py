@@ -7,7 +7,8 @@
 
 Which XLA:CPU settings win depends on the CPU (benchmarks/NOTES.md: what wins on the AMD
 EPYC loses on the Intel Xeon) and on the step's shapes, so tx measures instead of keeping a
-table of hosts. Each candidate in `CANDIDATES` (a set of XLA flags) compiles the experiment's
+table of hosts. Each candidate in `CANDIDATES` (a set of XLA flags), and each of
+`MODEL_CANDIDATES` that applies (torch's CPU attention kernel), compiles the experiment's
 real training step (its model, optimizer, dropout and batch shapes, on synthetic tokens) in a
 fresh process, as `tx bench` does, and times `steps` steps after `warmup`, in `rounds`
 rounds of rotating order (one pass is at the mercy of machine noise). The fastest median
@@ -21,7 +22,8 @@ the processes of a job on one host (`tx train --tune` in each) wait for the firs
 choice (a lock file beside the entry) instead of timing on the same cores at once.
 
 `tx train` looks the run up before JAX starts its backend and appends the chosen flags to
-XLA_FLAGS; a flag you already set in XLA_FLAGS wins over the cached one. TX_TUNE=0 (or
+XLA_FLAGS; a flag you already set in XLA_FLAGS wins over the cached one. A chosen model
+setting replaces model.attention_impl only where the config left it 'auto'. TX_TUNE=0 (or
 `tx train --no-tune`) turns the lookup off; `tx tune --force` measures again.
 """
 
