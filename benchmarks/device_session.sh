@@ -5,13 +5,17 @@
 #   attention  benchmarks/gpu_attention.py: cuDNN checked against XLA and timed, ~2.5 min
 #   gpt2       the GPU suite's GPT-2 small cases (cuDNN and XLA attention, the peer), ~2.5 min
 #   gpu        the whole GPU suite (`tx bench --platform gpu`), ~6 min
+#   cpu4       four CPU jobs at once, each on 2 cores of its own (taskset, distinct physical
+#              cores): the decoder cases, the encoder cases with attention ablated, and
+#              benchmarks/tune_case.py on gpt_6l and bert_6l; ~8 min. The jobs disturb one
+#              another (benchmarks/NOTES.md attempt 48: ±20 %): read its paired ratios only
 # A call runs at most 10 minutes and a session has 15 minutes of device time, machine
 # starts included; the unknowns first: `cpu attention`, then `gpt2` if time is left.
 #
-#   bash benchmarks/device_session.sh OUT_DIR [cpu|attention|gpt2|gpu ...]  # default: cpu attention
+#   bash benchmarks/device_session.sh OUT_DIR [cpu|cpu4|attention|gpt2|gpu ...]  # default: cpu attention
 #
 set -u
-out=${1:?usage: bash benchmarks/device_session.sh OUT_DIR [cpu|attention|gpt2|gpu ...]}
+out=${1:?usage: bash benchmarks/device_session.sh OUT_DIR [cpu|cpu4|attention|gpt2|gpu ...]}
 shift
 parts=${*:-cpu attention}
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -35,6 +39,22 @@ for part in $parts; do
     # the project machines' 2 threads, so the ratios compare with benchmarks/NOTES.md
     cpu) timeout 330 python3 -m tx bench --only gpt_baby gpt_6l --threads 2 \
            --json "$out/cpu.json" 2>&1 | tee "$out/cpu.txt" ;;
-    *) echo "unknown part $part (cpu, attention, gpt2, gpu)" >&2; exit 2 ;;
+    cpu4)
+      # one logical CPU per physical core, two per job, so no job shares a core with another
+      read -r -a cpus <<<"$(lscpu -p=CPU,CORE,SOCKET | grep -v '^#' | sort -t, -k3,3n -k2,2n -u \
+                             | cut -d, -f1 | tr '\n' ' ')"
+      echo "one CPU per core: ${cpus[*]}" | tee -a "$out/env.txt"
+      pin() { echo "${cpus[$1]},${cpus[$1 + 1]}"; }
+      taskset -c "$(pin 0)" timeout 540 python3 -m tx bench --only gpt_baby gpt_6l --threads 2 \
+        --json "$out/cpu.json" >"$out/cpu.txt" 2>&1 &
+      taskset -c "$(pin 2)" timeout 540 python3 -m tx bench --only bert_6l --threads 2 \
+        --ablate-attention --json "$out/bert.json" >"$out/bert.txt" 2>&1 &
+      taskset -c "$(pin 4)" timeout 540 python3 "$here/benchmarks/tune_case.py" gpt_6l \
+        --threads 2 >"$out/tune_gpt.txt" 2>&1 &
+      taskset -c "$(pin 6)" timeout 540 python3 "$here/benchmarks/tune_case.py" bert_6l \
+        --threads 2 --rounds 2 --steps 3 >"$out/tune_bert.txt" 2>&1 &
+      wait
+      tail -n 40 "$out"/cpu.txt "$out"/bert.txt "$out"/tune_gpt.txt "$out"/tune_bert.txt ;;
+    *) echo "unknown part $part (cpu, cpu4, attention, gpt2, gpu)" >&2; exit 2 ;;
   esac
 done
