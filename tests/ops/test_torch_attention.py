@@ -1,17 +1,11 @@
 """implementation='torch': PyTorch's CPU flash kernel called from XLA, against the XLA path."""
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from tx.ops import causal_mask, combine_masks, dot_product_attention, key_padding_mask
-from tx.ops import torch_attention
 
 pytest.importorskip('torch')
 
@@ -107,17 +101,12 @@ def test_what_the_kernel_cannot_do_is_a_one_line_error(kwargs, match):
     dot_product_attention(q, k, v, implementation='torch', **kwargs)
 
 
-def test_other_dtypes_and_a_missing_torch_are_one_line_errors(monkeypatch):
+def test_other_dtypes_and_a_missing_torch_are_one_line_errors(missing_torch_is_a_one_line_error):
   q, k, v = _qkv(4, 4, dtype=jnp.float16)
   with pytest.raises(ValueError, match='float32 or bfloat16'):
     dot_product_attention(q, k, v, implementation='torch')
-  monkeypatch.setitem(sys.modules, 'torch', None)  # `import torch` now raises ImportError
-  torch_attention._torch.cache_clear()
-  try:
-    with pytest.raises(ValueError, match=r"needs PyTorch: pip install -e '\.\[interop\]'"):
-      dot_product_attention(*_qkv(4, 4), implementation='torch')
-  finally:
-    torch_attention._torch.cache_clear()
+  missing_torch_is_a_one_line_error(
+      lambda: dot_product_attention(*_qkv(4, 4), implementation='torch'))
 
 
 _MESH_CHILD = r'''
@@ -144,13 +133,7 @@ print('ok')
 '''
 
 
-def test_under_a_multi_device_mesh_each_device_calls_the_kernel(tmp_path):
+def test_under_a_multi_device_mesh_each_device_calls_the_kernel(run_on_8_devices):
   """XLA cannot partition a host callback: under `jax.set_mesh` of 8 CPU devices each
   device runs its share of the batch (or, when the batch does not split, all of it)."""
-  root = Path(__file__).resolve().parents[2]
-  env = dict(os.environ, JAX_PLATFORMS='cpu', PYTHONPATH=str(root),
-             XLA_FLAGS='--xla_force_host_platform_device_count=8')
-  (tmp_path / 'child.py').write_text(_MESH_CHILD)
-  proc = subprocess.run([sys.executable, str(tmp_path / 'child.py')], env=env,
-                        capture_output=True, text=True, timeout=300)
-  assert proc.returncode == 0 and proc.stdout.strip().endswith('ok'), proc.stderr[-3000:]
+  run_on_8_devices(_MESH_CHILD)

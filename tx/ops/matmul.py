@@ -19,20 +19,26 @@ float32 accumulator: what follows a dense layer (bias, activation, residual add)
 elementwise work, which XLA:CPU runs faster in float32 than in bf16, and the next product
 rounds its input to bf16 anyway (benchmarks/NOTES.md, attempts 27 and 30). Layers that hand
 values on in the compute dtype (attention's q/k/v, a block's output) round them there.
+
+`impl='torch'` sends the 2-D product (forward and both gradients) to PyTorch's CPU GEMM
+instead (tx/ops/torch_matmul.py), with the same float32 result for bf16 operands.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 
 import jax
 import jax.numpy as jnp
 
+from tx.ops.torch_matmul import torch_matmul
+
 _LOW_PRECISION = (jnp.bfloat16, jnp.float16)
 
 
 def dense_dot_general(lhs, rhs, dimension_numbers, precision=None,
-                      preferred_element_type=None, **kwargs):
+                      preferred_element_type=None, impl: str = 'xla', **kwargs):
   """`jax.lax.dot_general`, computed as one 2-D matmul when it is a dense layer's product.
 
   A dense layer's product contracts the last k dimensions of `lhs` [..., *in] with the
@@ -41,6 +47,7 @@ def dense_dot_general(lhs, rhs, dimension_numbers, precision=None,
   docstring) unless `preferred_element_type` names their dtype, else as `jax.lax.dot_general`
   gives it. Any other `dimension_numbers` go to
   `jax.lax.dot_general` unchanged. Drop-in for flax's `nn.Dense(dot_general=...)`.
+  impl: 'xla', or 'torch' for torch's GEMM (float32 or bfloat16 operands).
   """
   (lhs_contract, rhs_contract), (lhs_batch, rhs_batch) = dimension_numbers
   k = len(lhs_contract)
@@ -53,7 +60,11 @@ def dense_dot_general(lhs, rhs, dimension_numbers, precision=None,
   lead, inner, out = lhs.shape[:-k], lhs.shape[-k:], rhs.shape[k:]
   lhs_2d = lhs.reshape(math.prod(lead), math.prod(inner))
   rhs_2d = rhs.reshape(math.prod(inner), math.prod(out))
-  if (lhs.dtype == rhs.dtype and lhs.dtype in _LOW_PRECISION and not kwargs
+  if impl == 'torch' and not kwargs and preferred_element_type in (None, lhs.dtype):
+    y = torch_matmul(lhs_2d, rhs_2d)  # float32, as the bf16 branch below returns
+    if preferred_element_type is not None or lhs.dtype == jnp.float32:
+      y = y.astype(lhs.dtype)
+  elif (lhs.dtype == rhs.dtype and lhs.dtype in _LOW_PRECISION and not kwargs
       and preferred_element_type in (None, lhs.dtype)):
     y = _low_precision_matmul(lhs_2d, rhs_2d)
     if preferred_element_type is not None:  # asked for explicitly: rounded to it
@@ -105,7 +116,14 @@ def _low_precision_matmul_bwd(residuals, g_MN):
 _low_precision_matmul.defvjp(_low_precision_matmul_fwd, _low_precision_matmul_bwd)
 
 
-def dense(x, kernel, in_dims: int = 1, **kwargs):
-  """x [..., *in] · kernel [*in, *out] -> [..., *out], contracting the last `in_dims` of x."""
+def dense(x, kernel, in_dims: int = 1, impl: str = 'xla', **kwargs):
+  """x [..., *in] · kernel [*in, *out] -> [..., *out], contracting the last `in_dims` of x;
+  impl as in `dense_dot_general`."""
   contract = (tuple(range(x.ndim - in_dims, x.ndim)), tuple(range(in_dims)))
-  return dense_dot_general(x, kernel, (contract, ((), ())), **kwargs)
+  return dense_dot_general(x, kernel, (contract, ((), ())), impl=impl, **kwargs)
+
+
+def dense_dot_general_for(impl: str):
+  """The `nn.Dense(dot_general=...)` that computes its products with `impl` ('xla' or
+  'torch')."""
+  return dense_dot_general if impl == 'xla' else functools.partial(dense_dot_general, impl=impl)

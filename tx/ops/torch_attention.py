@@ -14,11 +14,13 @@ multi-device mesh each device calls it on its share of the batch (`_per_device`)
 from __future__ import annotations
 
 import functools
-import warnings
 
 import jax
 import jax.numpy as jnp
-import numpy as np
+
+from tx.ops.torch_host import as_array
+from tx.ops.torch_host import as_tensor as _tensor
+from tx.ops.torch_host import torch_module as _torch
 
 _F32 = jnp.float32
 _DTYPES = (jnp.float32, jnp.bfloat16)
@@ -67,26 +69,6 @@ def _per_device(flash, q, k, v, bias, scale, causal):
                        check_vma=False)(q, k, v, bias)
 
 
-@functools.cache
-def _torch():
-  try:
-    import torch  # pylint: disable=import-outside-toplevel
-  except ImportError:
-    raise ValueError("implementation='torch' needs PyTorch: pip install -e '.[interop]', "
-                     "or use implementation='xla'") from None
-  return torch
-
-
-def _tensor(x):
-  """A torch view of a callback's host array (read-only: torch warns, nothing writes it)."""
-  torch, x = _torch(), np.asarray(x)
-  with warnings.catch_warnings():
-    warnings.simplefilter('ignore', UserWarning)
-    if x.dtype == jnp.bfloat16:  # numpy knows bfloat16 only through ml_dtypes: reinterpret
-      return torch.from_numpy(x.view(np.int16)).view(torch.bfloat16)
-    return torch.from_numpy(x)
-
-
 def _heads_first(x_BLHD):
   """A [B, H, L, D] torch view of a [B, L, H, D] host array: the kernel reads the strides,
   and its outputs and gradients take q's, so they come back [B, L, H, D] without a copy."""
@@ -95,10 +77,7 @@ def _heads_first(x_BLHD):
 
 def _host_array(t_BHLD):
   """The [B, L, H, D] numpy array behind a [B, H, L, D] view `_heads_first` made."""
-  t_BLHD = t_BHLD.transpose(1, 2).contiguous()
-  if t_BLHD.dtype == _torch().bfloat16:
-    return t_BLHD.view(_torch().int16).numpy().view(jnp.bfloat16)
-  return t_BLHD.numpy()
+  return as_array(t_BHLD.transpose(1, 2).contiguous())
 
 
 def _forward_on_host(q, k, v, bias, *, scale, causal):

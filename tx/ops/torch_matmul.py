@@ -1,0 +1,112 @@
+"""A dense layer's 2-D product in PyTorch's CPU GEMM (oneDNN / MKL), called from XLA.
+
+On hosts where torch's GEMMs outrun XLA:CPU's (the Intel AMX host, most of all in bf16 at
+the encoder's M = 4096: benchmarks/NOTES.md, attempt 48), a dense layer's forward product
+and both gradient products can run there instead, in a host callback inside a custom VJP.
+`jax.experimental.buffer_callback` hands the callback XLA's own buffers: torch reads the
+operands and writes each product into its output buffer in place (through DLPack), so
+nothing is copied or allocated around the GEMM. `tx tune` times it on the run's own step
+(`model.matmul_impl`), so it is used only where it wins.
+
+A CPU path (elsewhere a one-line error). Under a multi-device mesh each device multiplies its share of the rows
+(`_per_device`) and the weight gradient is summed over the devices.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from jax.ad_checkpoint import checkpoint_name
+from jax.experimental.buffer_callback import buffer_callback
+
+from tx.ops.torch_host import torch_module
+
+_DTYPES = (jnp.float32, jnp.bfloat16)
+# remat policies that save products (tx/models/stack.py) also save outputs of this name:
+# a callback is not a dot to jax.checkpoint_policies, and recomputing it would repeat the GEMM
+SAVE_NAME = 'torch_matmul'
+
+
+def torch_matmul(x_MK, w_KN):
+  """x [M, K] · w [K, N] -> [M, N] float32, computed by torch.mm.
+
+  Both operands float32, or both bfloat16: torch multiplies bf16 with float32 accumulation
+  and rounds the result to bf16 once; it is returned widened to float32, the form
+  `tx.ops.matmul.dense_dot_general` returns for bf16. Gradients: g · wᵀ and xᵀ · g, also
+  torch's (in the operands' dtype).
+  """
+  if x_MK.dtype != w_KN.dtype or x_MK.dtype not in _DTYPES:
+    raise ValueError("matmul_impl='torch' takes two float32 or two bfloat16 operands, got "
+                     f'{x_MK.dtype} and {w_KN.dtype}; use matmul_impl=xla')
+  if jax.default_backend() != 'cpu':  # the callback gets device buffers, torch another stream
+    raise ValueError("matmul_impl='torch' runs on the CPU only, not on "
+                     f'{jax.default_backend()}; use matmul_impl=xla')
+  torch_module()  # a missing torch is a config error at trace time, not a failed callback
+  return checkpoint_name(_matmul(x_MK, w_KN), SAVE_NAME).astype(jnp.float32)
+
+
+def _product_into(unused_ctx, out_MN, x_MK, w_KN):
+  torch = torch_module()
+  with torch.no_grad():
+    torch.mm(torch.from_dlpack(x_MK), torch.from_dlpack(w_KN), out=torch.from_dlpack(out_MN))
+
+
+def _gradients_into(unused_ctx, out, g_MN, x_MK, w_KN):
+  torch = torch_module()
+  d_x, d_w = (torch.from_dlpack(o) for o in out)
+  g, x, w = (torch.from_dlpack(a) for a in (g_MN, x_MK, w_KN))
+  with torch.no_grad():  # transposed views: the GEMM reads them without a copy
+    torch.mm(g, w.t(), out=d_x)
+    torch.mm(x.t(), g, out=d_w)
+
+
+def _product(x_MK, w_KN):
+  shape = jax.ShapeDtypeStruct((x_MK.shape[0], w_KN.shape[1]), x_MK.dtype)
+  return (buffer_callback(_product_into, shape, vmap_method='sequential')(x_MK, w_KN),)
+
+
+def _gradients(g_MN, x_MK, w_KN):
+  shapes = (jax.ShapeDtypeStruct(x_MK.shape, x_MK.dtype),
+            jax.ShapeDtypeStruct(w_KN.shape, w_KN.dtype))
+  return buffer_callback(_gradients_into, shapes, vmap_method='sequential')(g_MN, x_MK, w_KN)
+
+
+def _per_device(fn, rows: tuple, weight, row_outputs: int, summed_outputs: int = 0):
+  """fn(*rows, weight) -> a tuple, under a multi-device mesh (`jax.set_mesh`), where XLA
+  cannot partition a host callback: each device takes its share of the rows of `rows`
+  (when the devices divide them) and the whole weight. fn's first `row_outputs` results
+  are split by rows like `rows`, the next `summed_outputs` summed over the devices.
+  Without a mesh, fn itself."""
+  mesh = jax.sharding.get_abstract_mesh()
+  if mesh.empty or mesh.size == 1:
+    return fn(*rows, weight)
+  P = jax.sharding.PartitionSpec
+  axes = tuple(mesh.axis_names)
+  split = rows[0].shape[0] % mesh.size == 0
+  row_spec = P(axes) if split else P()
+
+  def body(*args):
+    out = fn(*args)
+    summed = tuple(jax.lax.psum(o, axes) if split else o for o in out[row_outputs:])
+    return tuple(out[:row_outputs]) + summed
+
+  return jax.shard_map(body, mesh=mesh, in_specs=(row_spec,) * len(rows) + (P(),),
+                       out_specs=(row_spec,) * row_outputs + (P(),) * summed_outputs,
+                       check_vma=False)(*rows, weight)
+
+
+@jax.custom_vjp
+def _matmul(x_MK, w_KN):
+  return _per_device(_product, (x_MK,), w_KN, 1)[0]
+
+
+def _matmul_fwd(x_MK, w_KN):
+  return _matmul(x_MK, w_KN), (x_MK, w_KN)
+
+
+def _matmul_bwd(residuals, g_MN):
+  x_MK, w_KN = residuals
+  return _per_device(_gradients, (g_MN.astype(x_MK.dtype), x_MK), w_KN, 1, 1)
+
+
+_matmul.defvjp(_matmul_fwd, _matmul_bwd)
