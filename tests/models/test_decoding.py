@@ -82,8 +82,10 @@ CASES = [dict(position=p) for p in POSITIONS] + [
     # GQA (4 query heads) with scanned layers; slow: jit compiles of encode, prefill and step
     pytest.param(dict(position='rope', num_kv_heads=2, scan_layers=True),
                  marks=pytest.mark.slow),
-    # torch's CPU kernel over the cache (a host callback per layer and step)
-    pytest.param(dict(position='rope', num_kv_heads=2, attention_impl='torch'),
+    # torch's CPU kernels: attention over the cache and every dense product (host callbacks
+    # in each layer and step)
+    pytest.param(dict(position='rope', num_kv_heads=2, attention_impl='torch',
+                      matmul_impl='torch'),
                  marks=pytest.mark.skipif(importlib.util.find_spec('torch') is None,
                                           reason='needs torch (the interop extra)')),
 ]

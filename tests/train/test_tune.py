@@ -36,7 +36,7 @@ def tuned(tmp_path_factory):
   said = []
   candidates = {'default': '', 'onednn': ONEDNN}
   if importlib.util.find_spec('torch'):
-    candidates['torch_attention'] = tune.MODEL_CANDIDATES['torch_attention']
+    candidates.update(tune.MODEL_CANDIDATES)  # torch_attention, torch_matmul
   entry = tune.tune(_cfg(), candidates=candidates, steps=1, warmup=0, rounds=1, env=env,
                     say=said.append)
   return entry, env, said
@@ -48,7 +48,7 @@ def test_the_fastest_measured_candidate_is_chosen_and_cached(tuned):
   assert entry['choice'] == tune.choose(entry['timings'], entry['margin'])
   assert entry['xla_flags'] == {'onednn': ONEDNN}.get(entry['choice'], '')
   assert entry['model_overrides'] == (
-      {'attention_impl': 'torch'} if entry['choice'] == 'torch_attention' else {})
+      tune.MODEL_CANDIDATES.get(entry['choice'], {}).get('model', {}))
   # each candidate's flags reached its measuring process
   assert ONEDNN in entry['details']['onednn']['xla_flags']
   assert ONEDNN not in entry['details']['default']['xla_flags']
@@ -206,19 +206,26 @@ def test_tx_sweep_applies_the_first_runs_cached_choice(tmp_path, monkeypatch):
 
 
 def test_a_model_candidate_reaches_its_step(tuned):
-  """torch_attention is timed with model.attention_impl=torch, the others with the config's."""
+  """torch_attention is timed with model.attention_impl=torch, torch_matmul with
+  model.matmul_impl=torch, the others with the config's."""
   pytest.importorskip('torch')
   details = tuned[0]['details']
   assert details['torch_attention']['attention_impl'] == 'torch'
-  assert details['default']['attention_impl'] == details['onednn']['attention_impl'] == 'auto'
+  assert details['torch_matmul']['matmul_impl'] == 'torch'
+  assert details['torch_matmul']['attention_impl'] == 'auto'
+  assert details['torch_attention']['matmul_impl'] == 'auto'
+  for name in ('default', 'onednn'):
+    assert details[name]['attention_impl'] == details[name]['matmul_impl'] == 'auto'
 
 
-def test_model_candidates_are_timed_only_where_tx_chooses_the_attention(monkeypatch):
+def test_model_candidates_are_timed_only_where_tx_chooses_the_setting(monkeypatch):
   pytest.importorskip('torch')
-  assert set(tune.model_candidates(_cfg())) == {'torch_attention'}
+  assert set(tune.model_candidates(_cfg())) == {'torch_attention', 'torch_matmul'}
   for setting in ('model.attention_impl=xla', 'model.position=alibi',
                   'model.attention_softcap=30', 'model.attention_dropout=0.1'):
-    assert tune.model_candidates(_cfg(setting)) == {}, setting
+    assert set(tune.model_candidates(_cfg(setting))) == {'torch_matmul'}, setting
+  for setting in ('model.matmul_impl=xla', 'model.dtype=float16'):
+    assert set(tune.model_candidates(_cfg(setting))) == {'torch_attention'}, setting
   monkeypatch.setattr(importlib.util, 'find_spec', lambda name: None)  # torch not installed
   assert tune.model_candidates(_cfg()) == {}
 
@@ -244,3 +251,8 @@ def test_a_chosen_model_setting_is_cached_and_applied_by_train_unless_set(tmp_pa
   assert tune.with_model_choice(chosen_by_user, entry, said.append) is chosen_by_user
   assert tune.with_model_choice(_cfg(), None, said.append).model.attention_impl == 'auto'
   assert len(said) == 1
+  matmul = {'model_overrides': {'matmul_impl': 'torch'}}
+  assert tune.with_model_choice(_cfg(), matmul, said.append).model.matmul_impl == 'torch'
+  assert 'model.matmul_impl=torch' in said[-1]
+  chosen_by_user = _cfg('model.matmul_impl=xla')
+  assert tune.with_model_choice(chosen_by_user, matmul, said.append) is chosen_by_user

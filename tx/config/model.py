@@ -129,6 +129,10 @@ class ModelConfig:
   dtype: str = choice(*DTYPES)  # compute dtype
   param_dtype: str = choice(*DTYPES)
   attention_impl: str = choice('auto', 'xla', 'einsum', 'cudnn', 'torch')
+  # The dense layers' products (projections, FFN, heads; not MoE experts): XLA's, or
+  # PyTorch's CPU GEMM through a callback ('torch', float32 / bfloat16; tx/ops/torch_matmul.py).
+  # 'auto' is XLA's unless `tx tune` timed torch's faster on this host for this step.
+  matmul_impl: str = choice('auto', 'xla', 'torch')
   # Causal self-attention without a cache (training, eval) in query blocks that skip the
   # masked keys (ops.dot_product_attention): 0 = one block per 64 queries, at most 4;
   # 1 = one block (the full L x L scores); n = n blocks. Same result either way.
@@ -142,6 +146,11 @@ class ModelConfig:
   # each stack from its first layer ('local' = all; 'local,global' = Gemma-2: even layers
   # local). Only with attention_window > 0.
   attention_pattern: str = 'local'
+
+  @property
+  def matmul(self) -> str:
+    """The dense products' implementation the layers get: 'torch' or 'xla'."""
+    return 'torch' if self.matmul_impl == 'torch' else 'xla'
 
   @property
   def torch_attention_conflict(self) -> str:
@@ -200,6 +209,9 @@ class ModelConfig:
            'needs >= 2 buckets and model.t5_max_distance > num_buckets/4 '
            f'(got {self.t5_num_buckets}, {self.t5_max_distance})')
     self._validate_window()
+    if self.matmul_impl == 'torch' and self.dtype not in ('float32', 'bfloat16'):
+      fail('model.matmul_impl', f"'torch' (PyTorch's CPU GEMM) takes float32 or bfloat16, "
+           f'not model.dtype={self.dtype}; use xla or auto')
     if self.attention_impl == 'torch' and self.torch_attention_conflict:
       fail('model.attention_impl', f"'torch' (PyTorch's CPU flash kernel) takes no "
            f'{self.torch_attention_conflict}; use xla or auto')

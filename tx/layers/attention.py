@@ -45,6 +45,7 @@ class AttentionConfig:
   window: int = 0
   dtype: str = 'float32'
   param_dtype: str = 'float32'
+  matmul: str = choice('xla', 'torch')  # the projections' products (tx/ops/matmul.py)
 
   def validate(self):
     if self.causal_blocks < 0:
@@ -102,7 +103,7 @@ class MultiHeadAttention(nn.Module):
     cache, take it; a bf16 projection returns its float32 accumulator)."""
     cfg = self.cfg
     return DenseGeneral((heads, cfg.dim), axes, use_bias=cfg.use_bias, dtype=cfg.dtype,
-                        param_dtype=cfg.param_dtype, name=name)(x).astype(jnp.dtype(cfg.dtype))
+                        param_dtype=cfg.param_dtype, matmul=cfg.matmul, name=name)(x).astype(jnp.dtype(cfg.dtype))
 
   def _keys(self, kv_BSD):
     """Keys [B, S, K, D] of kv: projected, then normalised per head under qk_norm."""
@@ -168,7 +169,7 @@ class MultiHeadAttention(nn.Module):
                                'attention_out')
     return DenseGeneral((cfg.d_model,), ('heads', 'kv', 'embed'), in_dims=2,
                         use_bias=cfg.use_bias, dtype=cfg.dtype, param_dtype=cfg.param_dtype,
-                        name='out')(out_BLHD)
+                        matmul=cfg.matmul, name='out')(out_BLHD)
 
   # Self-attention caches are stored [B*K, S, D] (rows of one kv head, batch-major): the
   # operand a single query's attention dots read (tx/ops/xla_attention.py `_single_query`).

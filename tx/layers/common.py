@@ -10,7 +10,7 @@ import jax.numpy as jnp
 
 from tx.config.choices import DTYPES, FFN_ACTIVATIONS  # noqa: F401 (re-exported)
 from tx.ops.activations import gelu_exact
-from tx.ops.matmul import dense, dense_dot_general
+from tx.ops.matmul import dense, dense_dot_general_for
 
 # The elementwise functions that tx.config.choices.FFN_ACTIVATIONS (and model.mlm_activation)
 # name; that table says which FFN activation uses which, and whether it is gated.
@@ -49,11 +49,13 @@ default_kernel_init = nn.initializers.xavier_uniform()
 
 def dense_layer(features: int, axes: tuple[str | None, str | None], *, use_bias: bool = True,
                 dtype: str = 'float32', param_dtype: str = 'float32',
-                kernel_init=default_kernel_init, name: str | None = None) -> nn.Dense:
+                kernel_init=default_kernel_init, name: str | None = None,
+                matmul: str = 'xla') -> nn.Dense:
   """nn.Dense x [..., in] -> [..., features] with kernel axes `axes` (the bias takes the
-  last) and tx's dot_general (tx/ops/matmul.py); the bias starts at zero."""
+  last) and tx's dot_general (tx/ops/matmul.py; matmul 'torch': torch's CPU GEMM); the
+  bias starts at zero."""
   return nn.Dense(features, use_bias=use_bias, dtype=jnp.dtype(dtype),
-                  param_dtype=jnp.dtype(param_dtype), dot_general=dense_dot_general,
+                  param_dtype=jnp.dtype(param_dtype), dot_general=dense_dot_general_for(matmul),
                   kernel_init=partitioned(kernel_init, axes),
                   bias_init=partitioned(nn.initializers.zeros, axes[-1:]), name=name)
 
@@ -71,7 +73,8 @@ class DenseGeneral(nn.Module):
 
   Unlike flax's DenseGeneral the kernel is created in its final shape, so logical axis
   names (`axes`, one per kernel dimension) survive under a mesh. Xavier-uniform init
-  with fan-in = prod(in) and fan-out = prod(features).
+  with fan-in = prod(in) and fan-out = prod(features). matmul: 'xla', or 'torch' for
+  torch's CPU GEMM (tx/ops/torch_matmul.py).
   """
   features: tuple[int, ...]
   axes: tuple[str | None, ...]
@@ -79,6 +82,7 @@ class DenseGeneral(nn.Module):
   use_bias: bool = True
   dtype: str = 'float32'
   param_dtype: str = 'float32'
+  matmul: str = 'xla'
 
   @nn.compact
   def __call__(self, x):
@@ -88,7 +92,8 @@ class DenseGeneral(nn.Module):
         1.0, 'fan_avg', 'uniform', in_axis=tuple(range(self.in_dims)),
         out_axis=tuple(range(self.in_dims, len(shape))))
     kernel = self.param('kernel', partitioned(init, self.axes), shape, dtype(self.param_dtype))
-    y = dense(x.astype(dtype(self.dtype)), kernel.astype(dtype(self.dtype)), self.in_dims)
+    y = dense(x.astype(dtype(self.dtype)), kernel.astype(dtype(self.dtype)), self.in_dims,
+              impl=self.matmul)
     if self.use_bias:
       bias = self.param('bias', partitioned(nn.initializers.zeros, self.axes[self.in_dims:]),
                         tuple(self.features), dtype(self.param_dtype))

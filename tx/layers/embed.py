@@ -31,6 +31,7 @@ class EmbedConfig:
   init_stddev: float | None = None  # None = d_model ** -0.5 (unit-norm rows)
   dtype: str = 'float32'
   param_dtype: str = 'float32'
+  matmul: str = choice('xla', 'torch')  # the tied output projection's product
 
 
 class Embed(nn.Module):
@@ -54,7 +55,8 @@ class Embed(nn.Module):
   def attend(self, x_BLD):
     """The tied output projection: x · Eᵀ, logits [B, L, V] in the compute dtype."""
     table = self.embedding.astype(dtype(self.cfg.dtype))
-    return dense(x_BLD.astype(table.dtype), table.T)  # one 2-D matmul (tx/ops/matmul.py)
+    # one 2-D matmul (tx/ops/matmul.py)
+    return dense(x_BLD.astype(table.dtype), table.T, impl=self.cfg.matmul)
 
 
 @config

@@ -18,6 +18,7 @@ class FFNConfig:
   dropout: float = 0.0  # on the hidden activation (T5 style); sublayer dropout lives in Block
   dtype: str = 'float32'
   param_dtype: str = 'float32'
+  matmul: str = choice('xla', 'torch')  # the products (tx/ops/matmul.py)
 
 
 class FeedForward(nn.Module):
@@ -32,7 +33,7 @@ class FeedForward(nn.Module):
 
     def dense(features, axes, name):
       return dense_layer(features, axes, use_bias=cfg.use_bias, dtype=cfg.dtype,
-                         param_dtype=cfg.param_dtype, name=name)
+                         param_dtype=cfg.param_dtype, matmul=cfg.matmul, name=name)
 
     if gated:
       h_BLF = act(dense(cfg.d_ff, ('embed', 'mlp'), 'wi_0')(x_BLD))

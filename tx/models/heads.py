@@ -28,7 +28,7 @@ def softcap_logits(logits, cap: float):
 
 def _dense(cfg: ModelConfig, features, axes, name, use_bias=True):
   return dense_layer(features, axes, use_bias=use_bias, dtype=cfg.dtype,
-                     param_dtype=cfg.param_dtype, name=name)
+                     param_dtype=cfg.param_dtype, matmul=cfg.matmul, name=name)
 
 
 class LMHead(nn.Module):

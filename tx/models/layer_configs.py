@@ -58,7 +58,7 @@ def attention_config(cfg: ModelConfig, *, cross: bool = False, causal: bool = Fa
       implementation=cfg.attention_impl, scale_multiplier=mup_attention_multiplier(cfg),
       causal_blocks=cfg.attention_causal_blocks if causal else 1,
       window=window, dtype=cfg.dtype,
-      param_dtype=cfg.param_dtype)
+      param_dtype=cfg.param_dtype, matmul=cfg.matmul)
 
 
 def mup_attention_multiplier(cfg: ModelConfig) -> float:
@@ -72,7 +72,7 @@ def mup_attention_multiplier(cfg: ModelConfig) -> float:
 
 def ffn_config(cfg: ModelConfig) -> FFNConfig:
   return FFNConfig(d_model=cfg.d_model, d_ff=cfg.d_ff, activation=cfg.ffn, use_bias=cfg.use_bias,
-                   dtype=cfg.dtype, param_dtype=cfg.param_dtype)
+                   dtype=cfg.dtype, param_dtype=cfg.param_dtype, matmul=cfg.matmul)
 
 
 def moe_config(cfg: ModelConfig) -> MoELayerConfig:
@@ -110,7 +110,7 @@ def embed_config(cfg: ModelConfig, vocab_size: int) -> EmbedConfig:
   std = cfg.mup_base_width ** -0.5 if cfg.parametrization == 'mup' else None
   return EmbedConfig(vocab_size=vocab_size, d_model=cfg.d_model,
                      scale_by_sqrt_dim=cfg.scale_embeddings, init_stddev=std, dtype=cfg.dtype,
-                     param_dtype=cfg.param_dtype)
+                     param_dtype=cfg.param_dtype, matmul=cfg.matmul)
 
 
 def position_config(cfg: ModelConfig) -> PositionConfig | None:

@@ -8,7 +8,8 @@
 Which XLA:CPU settings win depends on the CPU (benchmarks/NOTES.md: what wins on the AMD
 EPYC loses on the Intel Xeon) and on the step's shapes, so tx measures instead of keeping a
 table of hosts. Each candidate in `CANDIDATES` (a set of XLA flags), and each of
-`MODEL_CANDIDATES` that applies (torch's CPU attention kernel), compiles the experiment's
+`MODEL_CANDIDATES` that applies (torch's CPU attention kernel, torch's GEMM for the dense
+layers), compiles the experiment's
 real training step (its model, optimizer, dropout and batch shapes, on synthetic tokens) in a
 fresh process, as `tx bench` does, and times `steps` steps after `warmup`, in `rounds`
 rounds of rotating order (one pass is at the mercy of machine noise). The fastest median
@@ -23,7 +24,8 @@ choice (a lock file beside the entry) instead of timing on the same cores at onc
 
 `tx train` looks the run up before JAX starts its backend and appends the chosen flags to
 XLA_FLAGS; a flag you already set in XLA_FLAGS wins over the cached one. A chosen model
-setting replaces model.attention_impl only where the config left it 'auto'. TX_TUNE=0 (or
+setting (model.attention_impl or model.matmul_impl) replaces it only where the config left
+it 'auto'. TX_TUNE=0 (or
 `tx train --no-tune`) turns the lookup off; `tx tune --force` measures again.
 """
 
@@ -52,8 +54,11 @@ CANDIDATES = {
 # name -> model settings timed beside the flags where `model_candidates` says they apply.
 # torch_attention: PyTorch's CPU flash kernel in the step (tx/ops/torch_attention.py), which
 # can beat XLA:CPU's one-core batched products (benchmarks/NOTES.md, attempt 47).
+# torch_matmul: the dense layers' products in PyTorch's CPU GEMM (tx/ops/torch_matmul.py),
+# ahead of XLA's on the Intel AMX host, most of all in bf16 (attempt 48).
 MODEL_CANDIDATES = {
     'torch_attention': {'model': {'attention_impl': 'torch'}},
+    'torch_matmul': {'model': {'matmul_impl': 'torch'}},
 }
 OPT_OUT = 'TX_TUNE'
 WORKER = 'tx.runs.tune:time_step'
@@ -76,14 +81,19 @@ def host_key(host: dict) -> dict:
 
 
 def model_candidates(cfg) -> dict:
-  """The MODEL_CANDIDATES that may replace what `cfg`'s model left to tx: the attention
-  implementation when it is 'auto', the model needs nothing torch's kernel lacks (an
-  attention bias, soft-cap or dropout) and torch is installed."""
+  """The MODEL_CANDIDATES that may replace what `cfg`'s model left to tx (torch installed):
+  torch_attention where attention_impl is 'auto' and the model needs nothing torch's
+  kernel lacks (an attention bias, soft-cap or dropout); torch_matmul where matmul_impl is
+  'auto' and the compute dtype is float32 or bfloat16."""
   import importlib.util  # pylint: disable=g-import-not-at-top
-  if (cfg.model.attention_impl != 'auto' or cfg.model.torch_attention_conflict
-      or importlib.util.find_spec('torch') is None):
+  if importlib.util.find_spec('torch') is None:
     return {}
-  return dict(MODEL_CANDIDATES)
+  model, out = cfg.model, {}
+  if model.attention_impl == 'auto' and not model.torch_attention_conflict:
+    out['torch_attention'] = MODEL_CANDIDATES['torch_attention']
+  if model.matmul_impl == 'auto' and model.dtype in ('float32', 'bfloat16'):
+    out['torch_matmul'] = MODEL_CANDIDATES['torch_matmul']
+  return out
 
 
 def _setting(candidate) -> tuple[str, dict]:
@@ -95,9 +105,9 @@ def _setting(candidate) -> tuple[str, dict]:
 
 def with_model_choice(cfg, entry: dict | None, say=print):
   """`cfg` with the model settings of a cached choice (`apply`'s entry), where the config
-  left them to tx (attention_impl 'auto'); `cfg` itself otherwise."""
+  left them to tx (each overridden setting 'auto'); `cfg` itself otherwise."""
   overrides = (entry or {}).get('model_overrides') or {}
-  if not overrides or cfg.model.attention_impl != 'auto':
+  if not overrides or any(getattr(cfg.model, k) != 'auto' for k in overrides):
     return cfg
   said = ', '.join(f'model.{k}={v}' for k, v in overrides.items())
   say(f'tx: {said}, chosen by `tx tune` on this host for this step; {OPT_OUT}=0 turns this off')
@@ -287,8 +297,8 @@ def apply(cfg, *, env=None, say=print, tune_if_missing: bool = False) -> dict | 
 def time_step(spec: dict) -> dict:
   """Worker (run in its own process by `tune`): compiles spec['config']'s training step and
   times it on synthetic batches of its shapes. Returns step_time_s (median of spec['steps']
-  timed steps after spec['warmup']), step_time_min_s, compile_s, platform, attention_impl
-  (after spec['model_overrides']), xla_flags."""
+  timed steps after spec['warmup']), step_time_min_s, compile_s, platform, attention_impl,
+  matmul_impl (after spec['model_overrides']), xla_flags."""
   import flax.linen as nn  # pylint: disable=g-import-not-at-top
   import jax  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
@@ -334,7 +344,7 @@ def time_step(spec: dict) -> dict:
       times.append(time.perf_counter() - start)
   return {'step_time_s': statistics.median(times), 'step_time_min_s': min(times),
           'compile_s': compile_s, 'platform': jax.devices()[0].platform,
-          'attention_impl': cfg.model.attention_impl,
+          'attention_impl': cfg.model.attention_impl, 'matmul_impl': cfg.model.matmul_impl,
           'xla_flags': os.environ.get('XLA_FLAGS', '')}
 
 
