@@ -9,15 +9,18 @@
 #              cores): the decoder cases, the encoder cases with attention ablated, and
 #              benchmarks/tune_case.py on gpt_6l and bert_6l; ~8 min. The jobs disturb one
 #              another (benchmarks/NOTES.md attempt 48: ±20 %): read its paired ratios only
+#   tune       torch's GEMM and attention kernels against XLA's defaults in the bf16 and the
+#              encoder step (benchmarks/tune_case.py, one job at a time, 2 rounds), ~6 min
 # A call runs at most 10 minutes and a session has 15 minutes of device time, machine
-# starts included; the unknowns first: `cpu attention`, then `gpt2` if time is left.
+# starts included: one full call. The unknowns first: `tune` (attempt 49's torch_matmul on
+# the Intel host), then `cpu` if a second call fits.
 #
-#   bash benchmarks/device_session.sh OUT_DIR [cpu|cpu4|attention|gpt2|gpu ...]  # default: cpu attention
+#   bash benchmarks/device_session.sh OUT_DIR [tune|cpu|cpu4|attention|gpt2|gpu ...]  # default: tune
 #
 set -u
-out=${1:?usage: bash benchmarks/device_session.sh OUT_DIR [cpu|cpu4|attention|gpt2|gpu ...]}
+out=${1:?usage: bash benchmarks/device_session.sh OUT_DIR [tune|cpu|cpu4|attention|gpt2|gpu ...]}
 shift
-parts=${*:-cpu attention}
+parts=${*:-tune}
 here=$(cd "$(dirname "$0")/.." && pwd)
 export PYTHONPATH=$here PYTHONUNBUFFERED=1 TF_CPP_MIN_LOG_LEVEL=2
 mkdir -p "$out"
@@ -39,6 +42,12 @@ for part in $parts; do
     # the project machines' 2 threads, so the ratios compare with benchmarks/NOTES.md
     cpu) timeout 330 python3 -m tx bench --only gpt_baby gpt_6l --threads 2 \
            --json "$out/cpu.json" 2>&1 | tee "$out/cpu.txt" ;;
+    tune)
+      for case in gpt_6l_bf16 bert_6l; do
+        taskset -c 0,1 timeout 270 python3 "$here/benchmarks/tune_case.py" $case --threads 2 \
+          --candidates default torch_matmul torch_attention --rounds 2 --steps 3 \
+          2>&1 | tee "$out/tune_$case.txt"
+      done ;;
     cpu4)
       # one logical CPU per physical core, two per job, so no job shares a core with another
       read -r -a cpus <<<"$(lscpu -p=CPU,CORE,SOCKET | grep -v '^#' | sort -t, -k3,3n -k2,2n -u \
@@ -55,6 +64,6 @@ for part in $parts; do
         --threads 2 --rounds 2 --steps 3 >"$out/tune_bert.txt" 2>&1 &
       wait
       tail -n 40 "$out"/cpu.txt "$out"/bert.txt "$out"/tune_gpt.txt "$out"/tune_bert.txt ;;
-    *) echo "unknown part $part (cpu, cpu4, attention, gpt2, gpu)" >&2; exit 2 ;;
+    *) echo "unknown part $part (tune, cpu, cpu4, attention, gpt2, gpu)" >&2; exit 2 ;;
   esac
 done
