@@ -79,6 +79,15 @@ SUITE = (
                                           attention_impl='torch'),
          note="bert_6l with model.attention_impl=torch: PyTorch's CPU flash kernel inside "
               "tx's step (a host callback)"),
+    # Where torch's GEMMs lead XLA's (the Intel AMX host, most in bf16: NOTES attempts 48-49)
+    Case('bert_6l_torch_matmul', _bert(6, 6, 384, 256, 16, steps=5, warmup=1,
+                                       matmul_impl='torch'),
+         note="bert_6l with model.matmul_impl=torch: the dense products in PyTorch's CPU GEMM"),
+    Case('gpt_6l_bf16_torch_matmul', _gpt(6, 6, 384, 256, 64, steps=5, warmup=1,
+                                          dtype='bfloat16', float32_case='gpt_6l',
+                                          matmul_impl='torch'),
+         note="gpt_6l_bf16 with model.matmul_impl=torch: the dense products in PyTorch's "
+              "CPU GEMM"),
     # The larger seq2seq case runs scanned + dots_no_batch like gpt_6l, for the same reason
     # (less memory, no slower; benchmarks/NOTES.md); the small ones are overhead-bound.
     Case('seq2seq_small', _s2s(2, 4, 128, 32, 32, 1000, steps=10, warmup=2, **_S2S_DECODE),
@@ -153,10 +162,11 @@ def step_attention(spec: dict) -> tuple:
 
 def _timed_alone(cases, shapes) -> dict:
   """{float32 case name: shapes(spec)} for the decoder and encoder cases trained against a
-  peer (a bf16 case under the name of its float32 case: the same shapes)."""
+  peer (a bf16 case under the name of its float32 case: the same shapes). A case with
+  torch's kernels has the shapes of its plain case, timed there."""
   return {c.spec.get('float32_case') or c.name: shapes(c.spec) for c in cases
           if c.spec.get('family') in ('decoder', 'encoder') and 'train' in c.kinds and c.peer
-          and c.spec.get('attention_impl') != 'torch'}  # bert_6l's shapes: timed there
+          and 'torch' not in (c.spec.get('attention_impl'), c.spec.get('matmul_impl'))}
 
 
 def gemm_cases(cases) -> dict:

@@ -17,7 +17,8 @@ Spec keys: family, layers (enc_layers, dec_layers), heads, d_model, d_ff, vocab,
 ablate_attention (train: every attention replaced by `attention_stand_in`; the peer does
 the same, so the two steps' times with and without it give what attention costs in each);
 attention_impl (model.attention_impl: 'auto', the default, takes cuDNN on a GPU in bf16;
-'xla' forces XLA's); decoding: prompt_len, new, repeats. platform ('cpu' | 'gpu', set by
+'xla' forces XLA's; 'torch' is torch's CPU flash kernel); matmul_impl (model.matmul_impl:
+'torch' puts the dense products in torch's CPU GEMM); decoding: prompt_len, new, repeats. platform ('cpu' | 'gpu', set by
 tx/bench/worker.py): a 'gpu' measurement refuses to run on anything but a GPU, and adds
 device_peak_bytes (the allocator's high-water mark) to a training result.
 """
@@ -80,7 +81,8 @@ def model_config(spec: dict) -> ModelConfig:
                      max_len=max(spec.get('max_len', 0), *lengths),
                      dtype=spec.get('dtype', 'float32'), scan_layers=spec.get('scan', False),
                      remat=spec.get('remat', 'none'),
-                     attention_impl=spec.get('attention_impl', 'auto'), **layers,
+                     attention_impl=spec.get('attention_impl', 'auto'),
+                     matmul_impl=spec.get('matmul_impl', 'auto'), **layers,
                      **_ARCH[family])
 
 
