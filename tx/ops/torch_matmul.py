@@ -8,11 +8,14 @@ operands and writes each product into its output buffer in place (through DLPack
 nothing is copied or allocated around the GEMM. `tx tune` times it on the run's own step
 (`model.matmul_impl`), so it is used only where it wins.
 
-A CPU path (elsewhere a one-line error). Under a multi-device mesh each device multiplies its share of the rows
+A CPU path: on another backend (a run tuned on a CPU, decoded on a GPU) the products are
+XLA's, with a warning. Under a multi-device mesh each device multiplies its share of the rows
 (`_per_device`) and the weight gradient is summed over the devices.
 """
 
 from __future__ import annotations
+
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -38,9 +41,11 @@ def torch_matmul(x_MK, w_KN):
   if x_MK.dtype != w_KN.dtype or x_MK.dtype not in _DTYPES:
     raise ValueError("matmul_impl='torch' takes two float32 or two bfloat16 operands, got "
                      f'{x_MK.dtype} and {w_KN.dtype}; use matmul_impl=xla')
-  if jax.default_backend() != 'cpu':  # the callback gets device buffers, torch another stream
-    raise ValueError("matmul_impl='torch' runs on the CPU only, not on "
-                     f'{jax.default_backend()}; use matmul_impl=xla')
+  if jax.default_backend() != 'cpu':  # the callback would get device buffers
+    warnings.warn(f"matmul_impl='torch' is a CPU path: on {jax.default_backend()} the dense "
+                  "products are XLA's", stacklevel=2)
+    return jax.lax.dot_general(x_MK, w_KN, (((1,), (0,)), ((), ())),
+                               preferred_element_type=jnp.float32)
   torch_module()  # a missing torch is a config error at trace time, not a failed callback
   return checkpoint_name(_matmul(x_MK, w_KN), SAVE_NAME).astype(jnp.float32)
 
