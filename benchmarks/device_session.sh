@@ -9,8 +9,9 @@
 #              cores): the decoder cases, the encoder cases with attention ablated, and
 #              benchmarks/tune_case.py on gpt_6l and bert_6l; ~8 min. The jobs disturb one
 #              another (benchmarks/NOTES.md attempt 48: ±20 %): read its paired ratios only
-#   tune       torch's GEMM and attention kernels against XLA's defaults in the bf16 and the
-#              encoder step (benchmarks/tune_case.py, one job at a time, 2 rounds), ~6 min
+#   tune       torch's GEMM and attention kernels (each, and both) against XLA's defaults in
+#              the bf16 and the encoder step (benchmarks/tune_case.py, one job at a time,
+#              2 rounds), ~6 min
 # A call runs at most 10 minutes and a session has 15 minutes of device time, machine
 # starts included: one full call. The unknowns first: `tune` (attempt 49's torch_matmul on
 # the Intel host), then `cpu` if a second call fits.
@@ -45,8 +46,8 @@ for part in $parts; do
     tune)
       for case in gpt_6l_bf16 bert_6l; do
         taskset -c 0,1 timeout 270 python3 "$here/benchmarks/tune_case.py" $case --threads 2 \
-          --candidates default torch_matmul torch_attention --rounds 2 --steps 3 \
-          2>&1 | tee "$out/tune_$case.txt"
+          --candidates default torch_matmul torch_attention torch_attention_matmul \
+          --rounds 2 --steps 2 2>&1 | tee "$out/tune_$case.txt"
       done ;;
     cpu4)
       # one logical CPU per physical core, two per job, so no job shares a core with another

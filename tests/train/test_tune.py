@@ -36,7 +36,7 @@ def tuned(tmp_path_factory):
   said = []
   candidates = {'default': '', 'onednn': ONEDNN}
   if importlib.util.find_spec('torch'):
-    candidates.update(tune.MODEL_CANDIDATES)  # torch_attention, torch_matmul
+    candidates.update(tune.MODEL_CANDIDATES)  # torch_attention, torch_matmul, both
   entry = tune.tune(_cfg(), candidates=candidates, steps=1, warmup=0, rounds=1, env=env,
                     say=said.append)
   return entry, env, said
@@ -214,13 +214,16 @@ def test_a_model_candidate_reaches_its_step(tuned):
   assert details['torch_matmul']['matmul_impl'] == 'torch'
   assert details['torch_matmul']['attention_impl'] == 'auto'
   assert details['torch_attention']['matmul_impl'] == 'auto'
+  both = details['torch_attention_matmul']
+  assert both['attention_impl'] == both['matmul_impl'] == 'torch'
   for name in ('default', 'onednn'):
     assert details[name]['attention_impl'] == details[name]['matmul_impl'] == 'auto'
 
 
 def test_model_candidates_are_timed_only_where_tx_chooses_the_setting(monkeypatch):
   pytest.importorskip('torch')
-  assert set(tune.model_candidates(_cfg())) == {'torch_attention', 'torch_matmul'}
+  assert set(tune.model_candidates(_cfg())) == {'torch_attention', 'torch_matmul',
+                                                'torch_attention_matmul'}
   for setting in ('model.attention_impl=xla', 'model.position=alibi',
                   'model.attention_softcap=30', 'model.attention_dropout=0.1'):
     assert set(tune.model_candidates(_cfg(setting))) == {'torch_matmul'}, setting
@@ -254,5 +257,8 @@ def test_a_chosen_model_setting_is_cached_and_applied_by_train_unless_set(tmp_pa
   matmul = {'model_overrides': {'matmul_impl': 'torch'}}
   assert tune.with_model_choice(_cfg(), matmul, said.append).model.matmul_impl == 'torch'
   assert 'model.matmul_impl=torch' in said[-1]
+  both = {'model_overrides': tune.MODEL_CANDIDATES['torch_attention_matmul']['model']}
+  assert tune.with_model_choice(_cfg('model.attention_impl=xla'), both, said.append).model \
+      .attention_impl == 'xla'  # one of them set by the user: neither is applied
   chosen_by_user = _cfg('model.matmul_impl=xla')
   assert tune.with_model_choice(chosen_by_user, matmul, said.append) is chosen_by_user

@@ -55,10 +55,12 @@ CANDIDATES = {
 # torch_attention: PyTorch's CPU flash kernel in the step (tx/ops/torch_attention.py), which
 # can beat XLA:CPU's one-core batched products (benchmarks/NOTES.md, attempt 47).
 # torch_matmul: the dense layers' products in PyTorch's CPU GEMM (tx/ops/torch_matmul.py),
-# ahead of XLA's on the Intel AMX host, most of all in bf16 (attempt 48).
+# ahead of XLA's on the Intel AMX host, most of all in bf16 (attempt 48);
+# torch_attention_matmul: both, where both apply.
 MODEL_CANDIDATES = {
     'torch_attention': {'model': {'attention_impl': 'torch'}},
     'torch_matmul': {'model': {'matmul_impl': 'torch'}},
+    'torch_attention_matmul': {'model': {'attention_impl': 'torch', 'matmul_impl': 'torch'}},
 }
 OPT_OUT = 'TX_TUNE'
 WORKER = 'tx.runs.tune:time_step'
@@ -84,7 +86,8 @@ def model_candidates(cfg) -> dict:
   """The MODEL_CANDIDATES that may replace what `cfg`'s model left to tx (torch installed):
   torch_attention where attention_impl is 'auto' and the model needs nothing torch's
   kernel lacks (an attention bias, soft-cap or dropout); torch_matmul where matmul_impl is
-  'auto' and the compute dtype is float32 or bfloat16."""
+  'auto' and the compute dtype is float32 or bfloat16; torch_attention_matmul where both
+  apply."""
   import importlib.util  # pylint: disable=g-import-not-at-top
   if importlib.util.find_spec('torch') is None:
     return {}
@@ -93,6 +96,8 @@ def model_candidates(cfg) -> dict:
     out['torch_attention'] = MODEL_CANDIDATES['torch_attention']
   if model.matmul_impl == 'auto' and model.dtype in ('float32', 'bfloat16'):
     out['torch_matmul'] = MODEL_CANDIDATES['torch_matmul']
+  if len(out) == 2:
+    out['torch_attention_matmul'] = MODEL_CANDIDATES['torch_attention_matmul']
   return out
 
 
@@ -243,7 +248,7 @@ def _measure(cfg, host, path, candidates, steps, warmup, rounds, margin, threads
         continue
       runs.setdefault(name, []).append(result['step_time_s'])
       details[name] = result
-      say(f'tx tune: round {r + 1} {name:<14} {result["step_time_s"] * 1e3:9.1f} ms/step '
+      say(f'tx tune: round {r + 1} {name:<22} {result["step_time_s"] * 1e3:9.1f} ms/step '
           f'(compile {result["compile_s"]:.1f}s) {_described(flags, model)}')
   timings = {name: statistics.median(t) for name, t in runs.items() if name not in failed}
   if not timings:
