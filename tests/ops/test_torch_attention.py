@@ -90,6 +90,24 @@ def test_bf16_inputs_give_bf16_output_and_gradients_close_to_f32():
     np.testing.assert_allclose(np.asarray(g16, np.float32), g32, atol=1e-1)
 
 
+@pytest.mark.parametrize('policy,forward_calls',
+                         [('dots_no_batch', 1), ('dots', 1), ('attention', 1), ('full', 2)])
+def test_remat_policies_that_save_products_keep_the_kernels_output(policy, forward_calls):
+  """Under remat('dots_no_batch' / 'dots' / 'attention') the backward pass reuses the
+  forward kernel's output and log-sum-exp: one forward callback in the gradient's jaxpr, as
+  without remat; 'full' saves nothing and runs it again."""
+  from tx.models.stack import REMAT_POLICIES  # pylint: disable=import-outside-toplevel
+  q, k, v = _qkv(2, 2, seed=4)
+
+  def loss(q, k, v):
+    out = dot_product_attention(q @ jnp.eye(D), k, v, implementation='torch')
+    return jnp.sum(jnp.tanh(out))
+
+  rematted = jax.checkpoint(loss, policy=REMAT_POLICIES[policy])
+  jaxpr = str(jax.make_jaxpr(jax.grad(rematted, argnums=(0, 1, 2)))(q, k, v))
+  assert jaxpr.count('_forward_into') == forward_calls and jaxpr.count('_backward_into') == 1
+
+
 @pytest.mark.parametrize('kwargs,match', [
     (dict(bias=jnp.zeros((1, 4, L, S))), 'no bias or soft-cap'),
     (dict(softcap=30.0), 'no bias or soft-cap'),
@@ -107,6 +125,21 @@ def test_other_dtypes_and_a_missing_torch_are_one_line_errors(missing_torch_is_a
     dot_product_attention(q, k, v, implementation='torch')
   missing_torch_is_a_one_line_error(
       lambda: dot_product_attention(*_qkv(4, 4), implementation='torch'))
+
+
+def test_off_the_cpu_attention_is_xlas_with_a_warning(monkeypatch):
+  """A config tuned on a CPU keeps working elsewhere (a GPU's buffers are not the host's)."""
+  q, k, v = _qkv(4, 2, seed=6)
+  mask = key_padding_mask(jnp.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], bool))
+  monkeypatch.setattr(jax, 'default_backend', lambda: 'gpu')
+  with pytest.warns(UserWarning, match="implementation='torch' is a CPU path: on gpu"):
+    jaxpr = str(jax.make_jaxpr(lambda q, k, v: dot_product_attention(
+        q, k, v, mask=mask, implementation='torch'))(q, k, v))
+  assert '_forward_into' not in jaxpr
+  with pytest.warns(UserWarning, match='CPU path'):
+    out = dot_product_attention(q, k, v, mask=mask, implementation='torch')
+  np.testing.assert_allclose(out, dot_product_attention(q, k, v, mask=mask,
+                                                        implementation='xla'), atol=1e-6)
 
 
 _MESH_CHILD = r'''

@@ -7,18 +7,21 @@ import jax
 
 from tx.layers.block import Block, BlockConfig
 from tx.layers.norm import Norm, NormConfig
+from tx.ops.torch_attention import SAVE_NAME as TORCH_ATTENTION
 from tx.ops.torch_matmul import SAVE_NAME as TORCH_MATMUL
 
 _policies = jax.checkpoint_policies
-# The policies that save products also save model.matmul_impl='torch''s (a host callback,
-# not a dot to jax): recomputing them would repeat the GEMM.
-_AND_TORCH_PRODUCTS = _policies.save_only_these_names(TORCH_MATMUL)
+# The policies that save products also save model.matmul_impl='torch''s and the output and
+# log-sum-exp of model.attention_impl='torch''s kernel (host callbacks, not dots to jax):
+# recomputing them would repeat the GEMM or the attention's forward kernel. Both are [.., d]
+# activations, no larger than the products these policies save anyway.
+_AND_TORCH_PRODUCTS = _policies.save_only_these_names(TORCH_MATMUL, TORCH_ATTENTION)
 REMAT_POLICIES = {
     'full': None,  # save nothing: recompute the whole block in the backward pass
     'dots': _policies.save_from_both_policies(_policies.checkpoint_dots, _AND_TORCH_PRODUCTS),
     'dots_no_batch': _policies.save_from_both_policies(
         _policies.checkpoint_dots_with_no_batch_dims, _AND_TORCH_PRODUCTS),
-    'attention': jax.checkpoint_policies.save_only_these_names('attention_out'),
+    'attention': _policies.save_only_these_names('attention_out', TORCH_ATTENTION),
 }
 SCANNED_COLLECTIONS = ('params', 'cache', 'intermediates', 'losses', 'metrics', 'diagnostics')
 

@@ -26,6 +26,8 @@ block [a, b) also skips the keys before a - W + 1.
 
 from __future__ import annotations
 
+import warnings
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -52,7 +54,8 @@ def dot_product_attention(q_BLHD, k_BSKD, v_BSKD, *, mask=None, bias=None, scale
   scale: None -> 1/sqrt(D); a float otherwise (T5 passes 1.0).
   implementation: 'auto' | 'xla' | 'einsum' | 'cudnn' | 'torch'. 'xla': XLA ops with a
     hand-written backward (tx/ops/xla_attention.py); 'torch': PyTorch's CPU flash kernel
-    through a host callback (tx/ops/torch_attention.py; no bias or soft-cap); 'cudnn':
+    through a host callback (tx/ops/torch_attention.py; no bias or soft-cap; elsewhere than
+    on the CPU a warning and 'xla'); 'cudnn':
     jax.nn.dot_product_attention(implementation='cudnn'); 'einsum' is the explicit
     path; 'auto' uses 'xla' ('cudnn' first on GPU with bf16/fp16 inputs, falling back
     to 'xla' when cuDNN refuses the call: tx.compat.is_cudnn_refusal; any other error
@@ -135,8 +138,12 @@ def dot_product_attention(q_BLHD, k_BSKD, v_BSKD, *, mask=None, bias=None, scale
   if implementation == 'cudnn':
     return _cudnn_attention(q_BLHD, k_BSKD, v_BSKD, mask, bias, scale, causal=causal_blocks > 1)
   if implementation == 'torch':
-    return torch_attention(q_BLHD, k_BSKD, v_BSKD, mask_unbroadcast, scale, _MASK_VALUE,
-                           causal=causal_blocks > 1)
+    if jax.default_backend() == 'cpu':
+      return torch_attention(q_BLHD, k_BSKD, v_BSKD, mask_unbroadcast, scale, _MASK_VALUE,
+                             causal=causal_blocks > 1)
+    # the callback would be handed device buffers; a run tuned on a CPU still runs here
+    warnings.warn(f"implementation='torch' is a CPU path: on {jax.default_backend()} "
+                  "attention is XLA's", stacklevel=2)
   return _causal_blocks(q_BLHD, k_BSKD, v_BSKD, mask, bias, scale, causal_blocks, softcap,
                         window)
 

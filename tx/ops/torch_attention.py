@@ -4,10 +4,13 @@ XLA:CPU runs attention's batched products on one core, and its scores make a rou
 through memory; torch's CPU flash kernel tiles the softmax and splits the batch and heads
 over every core. Its forward and backward at bert_6l's shape take ~0.57x the XLA path's time
 (causal at length 512: ~0.88x, as it computes the hidden tiles too; benchmarks/NOTES.md,
-attempt 47). The kernel runs in a `jax.pure_callback` on the host: q, k, v are read in
-place and the results copied into XLA's buffers once.
+attempt 47). The kernel runs in a `jax.experimental.buffer_callback` on the host: q, k, v
+and the gradients' inputs are read in place from XLA's buffers (DLPack), and the results,
+which the kernel allocates itself, are copied into XLA's once (torch's copy, threaded).
+`jax.pure_callback`, which also copies every operand and result through numpy, cost
+~10 ms more per layer at bert_6l's shape (attempt 50).
 
-A CPU path: on a GPU it would move every layer's q, k, v to the host and back. Under a
+A CPU path: `dot_product_attention` takes the XLA path elsewhere, with a warning. Under a
 multi-device mesh each device calls it on its share of the batch (`_per_device`).
 """
 
@@ -17,13 +20,17 @@ import functools
 
 import jax
 import jax.numpy as jnp
+from jax.ad_checkpoint import checkpoint_name
+from jax.experimental.buffer_callback import buffer_callback
 
-from tx.ops.torch_host import as_array
-from tx.ops.torch_host import as_tensor as _tensor
 from tx.ops.torch_host import torch_module as _torch
 
 _F32 = jnp.float32
 _DTYPES = (jnp.float32, jnp.bfloat16)
+# remat policies that save products (tx/models/stack.py) also save the kernel's output and
+# log-sum-exp under this name: a callback is not a dot to jax.checkpoint_policies, and
+# without them the backward pass would run the forward kernel again
+SAVE_NAME = 'torch_attention'
 
 
 def torch_attention(q_BLHD, k_BSKD, v_BSKD, mask, scale: float, mask_value: float,
@@ -69,47 +76,44 @@ def _per_device(flash, q, k, v, bias, scale, causal):
                        check_vma=False)(q, k, v, bias)
 
 
-def _heads_first(x_BLHD):
-  """A [B, H, L, D] torch view of a [B, L, H, D] host array: the kernel reads the strides,
-  and its outputs and gradients take q's, so they come back [B, L, H, D] without a copy."""
-  return _tensor(x_BLHD).transpose(1, 2)
+def _heads_first(buffer_BLHD):
+  """A [B, H, L, D] torch view of an XLA buffer [B, L, H, D] (through DLPack, no copy): the
+  kernel reads the strides, and its outputs and gradients take q's layout."""
+  return _torch().from_dlpack(buffer_BLHD).transpose(1, 2)
 
 
-def _host_array(t_BHLD):
-  """The [B, L, H, D] numpy array behind a [B, H, L, D] view `_heads_first` made."""
-  return as_array(t_BHLD.transpose(1, 2).contiguous())
-
-
-def _forward_on_host(q, k, v, bias, *, scale, causal):
+def _forward_into(unused_ctx, outs, q, k, v, bias=None, *, scale, causal):
   torch = _torch()
+  out_BLHD, lse_BHL = outs
   with torch.no_grad():
     out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(  # pylint: disable=protected-access
         _heads_first(q), _heads_first(k), _heads_first(v), 0.0, causal,
-        attn_mask=None if bias is None else _tensor(bias), scale=scale)
-  return _host_array(out), lse.contiguous().numpy()
+        attn_mask=None if bias is None else torch.from_dlpack(bias), scale=scale)
+    _heads_first(out_BLHD).copy_(out)  # the kernel has no out= form: one copy each
+    torch.from_dlpack(lse_BHL).copy_(lse)
 
 
-def _backward_on_host(d_out, q, k, v, out, lse, bias, *, scale, causal):
+def _backward_into(unused_ctx, outs, d_out, q, k, v, out, lse, bias=None, *, scale, causal):
   torch = _torch()
   with torch.no_grad():
     grads = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(  # pylint: disable=protected-access
-        *map(_heads_first, (d_out, q, k, v, out)), _tensor(lse), 0.0, causal,
-        attn_mask=None if bias is None else _tensor(bias), scale=scale)
-  return tuple(map(_host_array, grads))
+        *map(_heads_first, (d_out, q, k, v, out)), torch.from_dlpack(lse), 0.0, causal,
+        attn_mask=None if bias is None else torch.from_dlpack(bias), scale=scale)
+    for buffer, grad in zip(outs, grads):
+      _heads_first(buffer).copy_(grad)
 
 
 def _host_call(host, shapes, *arrays, bias):
-  """`host(*arrays, bias)` on the host; a bias of None is not passed through XLA."""
-  if bias is None:
-    return jax.pure_callback(lambda *a: host(*a, None), shapes, *arrays,
-                             vmap_method='sequential')
-  return jax.pure_callback(host, shapes, *arrays, bias, vmap_method='sequential')
+  """`host` on the host, handed XLA's buffers (`shapes`' outputs, then `arrays` and `bias`;
+  a bias of None is not passed through XLA)."""
+  operands = arrays if bias is None else (*arrays, bias)
+  return buffer_callback(host, shapes, vmap_method='sequential')(*operands)
 
 
 def _forward_call(q, k, v, bias, scale, causal):
   b, l, h, _ = q.shape
   shapes = (jax.ShapeDtypeStruct(q.shape, q.dtype), jax.ShapeDtypeStruct((b, h, l), _F32))
-  host = functools.partial(_forward_on_host, scale=scale, causal=causal)
+  host = functools.partial(_forward_into, scale=scale, causal=causal)
   return _host_call(host, shapes, q, k, v, bias=bias)
 
 
@@ -119,14 +123,14 @@ def _flash(q, k, v, bias, scale, causal):
 
 
 def _flash_fwd(q, k, v, bias, scale, causal):
-  out, lse = _forward_call(q, k, v, bias, scale, causal)
+  out, lse = (checkpoint_name(x, SAVE_NAME) for x in _forward_call(q, k, v, bias, scale, causal))
   return out, (q, k, v, bias, out, lse)
 
 
 def _flash_bwd(scale, causal, residuals, d_out):
   q, k, v, bias, out, lse = residuals
   shapes = tuple(jax.ShapeDtypeStruct(x.shape, x.dtype) for x in (q, k, v))
-  host = functools.partial(_backward_on_host, scale=scale, causal=causal)
+  host = functools.partial(_backward_into, scale=scale, causal=causal)
   d_q, d_k, d_v = _host_call(host, shapes, d_out, q, k, v, out, lse, bias=bias)
   return d_q, d_k, d_v, None if bias is None else jnp.zeros_like(bias)
 
