@@ -326,11 +326,15 @@ def cmd_train(args) -> int:
     cfg = override(cfg, overrides) if overrides else cfg
   else:
     cfg = resolve_experiment(args.experiment, parse_overrides(args.set))
-  if not args.no_tune:
-    from tx.runs import tune  # pylint: disable=g-import-not-at-top
-    cfg = tune.with_model_choice(cfg, tune.apply(cfg, tune_if_missing=args.tune))
+  from tx.runs import tune  # pylint: disable=g-import-not-at-top
+  entry = None if args.no_tune else tune.apply(cfg, tune_if_missing=args.tune)
   from tx.config.base import to_dict  # pylint: disable=g-import-not-at-top
   distributed.check_same_config(to_dict(cfg), args.coordinator_timeout)
+  # Hosts of one job may have cached different choices; every process compiles process 0's.
+  overrides = distributed.process_zero_value(
+      'tx/tune', (entry or {}).get('model_overrides') or {}, args.coordinator_timeout)
+  say = print if distributed.is_main_process() else (lambda _: None)
+  cfg = tune.with_model_choice(cfg, {'model_overrides': overrides}, say=say)
   check_workdir(args.workdir, cfg.name)
   from tx.runs.training import train_run  # pylint: disable=g-import-not-at-top
   result = train_run(cfg, args.workdir, quiet=args.quiet)

@@ -107,6 +107,36 @@ def test_processes_with_different_configs_stop_in_one_line(tt, reference_config)
   assert not (workdir / 'checkpoints').exists()
 
 
+def test_every_process_takes_process_zeros_tuned_model_setting(tt, reference_config):
+  """Hosts of one job may have cached different `tx tune` choices (here: process 0's cache
+  chose torch's attention kernel, process 1 has none): every process compiles process 0's,
+  where the two would otherwise stop at the config check."""
+  pytest.importorskip('torch')
+  from tx.bench import host as host_lib  # pylint: disable=import-outside-toplevel
+  from tx.runs import tune  # pylint: disable=import-outside-toplevel
+  from tx.train.run_dir import load_config_file  # pylint: disable=import-outside-toplevel
+  tmp, config, ref_dir, reference = reference_config
+  caches = [tmp / 'tune_cache_0', tmp / 'tune_cache_1']
+  env0 = {**tt.env(devices=1), 'TX_CACHE_DIR': str(caches[0])}
+  entry = tune.entry_path(load_config_file(str(config)), host_lib.probe(env0), env0)
+  entry.parent.mkdir(parents=True)
+  entry.write_text(json.dumps({'choice': 'torch_attention', 'xla_flags': '', 'timings': {},
+                               'model_overrides': {'attention_impl': 'torch'}}))
+  port, workdir = tt.free_port(), tmp / 'tuned'
+  procs = _start(tt, tmp, lambda i: _train_argv(
+      config, workdir, '--coordinator', f'127.0.0.1:{port}', '--num-processes', '2',
+      '--process-id', str(i), '--coordinator-timeout', '120'),
+                 lambda i: {'TX_CACHE_DIR': str(caches[i])})
+  outputs = _finish(procs)
+  for i, (rc, _, err) in enumerate(outputs):
+    assert rc == 0, f'process {i}:\n{err[-4000:]}'
+  assert 'model.attention_impl=torch, chosen by `tx tune`' in outputs[0][1]
+  assert json.loads((workdir / 'config.json').read_text())['model']['attention_impl'] == 'torch'
+  rows, _ = tt.rows(workdir)
+  ref_rows, _ = tt.rows(ref_dir)  # torch's kernel against XLA's attention: float tolerance
+  assert [r['loss'] for r in rows] == pytest.approx([r['loss'] for r in ref_rows], rel=1e-4)
+
+
 def test_an_unreachable_coordinator_is_one_line_within_the_timeout(tt, tmp_path):
   start = time.time()
   done = subprocess.run(

@@ -25,7 +25,8 @@ choice (a lock file beside the entry) instead of timing on the same cores at onc
 `tx train` looks the run up before JAX starts its backend and appends the chosen flags to
 XLA_FLAGS; a flag you already set in XLA_FLAGS wins over the cached one. A chosen model
 setting (model.attention_impl or model.matmul_impl) replaces it only where the config left
-it 'auto'. TX_TUNE=0 (or
+it 'auto'; in a multi-process job every process takes process 0's (hosts may have cached
+different choices, and every process must compile the same program). TX_TUNE=0 (or
 `tx train --no-tune`) turns the lookup off; `tx tune --force` measures again.
 """
 
