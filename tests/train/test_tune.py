@@ -45,7 +45,8 @@ def tuned(tmp_path_factory):
 def test_the_fastest_measured_candidate_is_chosen_and_cached(tuned):
   entry, env, said = tuned
   assert {'default', 'onednn'} <= set(entry['timings']) and not entry['failed']
-  assert entry['choice'] == tune.choose(entry['timings'], entry['margin'])
+  assert entry['choice'] == tune.choose(entry['timings'], entry['margin'],
+                                        entry['rounds_timings'])
   assert entry['xla_flags'] == {'onednn': ONEDNN}.get(entry['choice'], '')
   assert entry['model_overrides'] == (
       tune.MODEL_CANDIDATES.get(entry['choice'], {}).get('model', {}))
@@ -156,6 +157,11 @@ def test_rounds_rotate_and_the_defaults_stay_unless_clearly_beaten(tmp_path, mon
   assert entry['choice'] == 'default'  # 'a' is only 1.5 % faster
   assert tune.choose({'default': 1.0, 'a': 0.9}, 0.03) == 'a'
   assert tune.choose({'a': 0.9, 'b': 0.8}, 0.03) == 'b'  # no defaults measured
+  # a median that beats the defaults by a round that did not (noise) is not enough
+  medians = {'default': 2.11, 'a': 2.03, 'b': 2.05}
+  rounds = {'default': [2.02, 2.12, 2.11], 'a': [2.03, 2.02, 2.07], 'b': [1.99, 2.05, 2.06]}
+  assert tune.choose(medians, 0.02, rounds) == 'b' and tune.choose(medians, 0.02) == 'a'
+  assert tune.choose(medians, 0.02, dict(rounds, b=[2.03, 2.05, 2.06])) == 'default'
 
 
 def test_processes_of_one_host_measure_once(tmp_path, monkeypatch):

@@ -13,8 +13,8 @@ layers), compiles the experiment's
 real training step (its model, optimizer, dropout and batch shapes, on synthetic tokens) in a
 fresh process, as `tx bench` does, and times `steps` steps after `warmup`, in `rounds`
 rounds of rotating order (one pass is at the mercy of machine noise). The fastest median
-over the rounds is kept if it beats XLA's defaults by more than `margin` (3 %); else the
-defaults. The choice is cached as one JSON file per (CPU model and ISA, CPU count, jax and
+over the rounds is kept if it beats XLA's defaults by more than `margin` (3 %) and was
+faster than them in every round; else the defaults. The choice is cached as one JSON file per (CPU model and ISA, CPU count, jax and
 jaxlib versions, step signature) under $TX_CACHE_DIR/tune (default
 $XDG_CACHE_HOME/tx/tune or ~/.cache/tx/tune), so another host kind, another jax or
 another model shape is measured afresh. A mesh of simulated devices is timed as one device
@@ -166,13 +166,22 @@ def merge_flags(current: str, chosen: str) -> str:
   return ' '.join(current.split() + extra)
 
 
-def choose(timings: dict[str, float], margin: float) -> str:
-  """The fastest candidate, but 'default' unless that one is more than `margin` (a fraction)
-  faster: a setting has to beat the machine's noise to replace XLA's defaults."""
-  fastest = min(timings, key=timings.get)
-  if 'default' in timings and timings[fastest] > timings['default'] * (1.0 - margin):
-    return 'default'
-  return fastest
+def choose(timings: dict[str, float], margin: float,
+           rounds: dict[str, list[float]] | None = None) -> str:
+  """The fastest candidate (by its median in `timings`), but 'default' unless that one is
+  more than `margin` (a fraction) faster and, where `rounds` gives each candidate's time per
+  round, faster than the defaults in every round: a setting has to beat the machine's noise
+  to replace XLA's defaults."""
+  if 'default' not in timings:
+    return min(timings, key=timings.get)
+  base, base_rounds = timings['default'], (rounds or {}).get('default', [])
+
+  def beats_the_defaults(name):
+    paired = zip((rounds or {}).get(name, []), base_rounds)
+    return timings[name] < base * (1.0 - margin) and all(t < b for t, b in paired)
+
+  winners = [n for n in timings if n != 'default' and beats_the_defaults(n)]
+  return min(winners, key=timings.get) if winners else 'default'
 
 
 def tune(cfg, *, candidates=None, steps: int = 5, warmup: int = 2, rounds: int = 2,
@@ -180,7 +189,7 @@ def tune(cfg, *, candidates=None, steps: int = 5, warmup: int = 2, rounds: int =
          env=None) -> dict:
   """Times `cfg`'s step under each candidate (name -> XLA flags; default `CANDIDATES`) in
   fresh processes, `rounds` times in a rotating order, and keeps `choose(median per
-  candidate, margin)`. Writes and returns the cache entry: {'choice', 'xla_flags',
+  candidate, margin, times per round)`. Writes and returns the cache entry: {'choice', 'xla_flags',
   'timings': {name: median s/step over the rounds}, 'rounds_timings', 'failed': {name:
   why}, 'host', 'signature', ...}. A cached entry is returned as it is unless `force`."""
   from tx.bench import host as host_lib  # pylint: disable=g-import-not-at-top
@@ -254,7 +263,7 @@ def _measure(cfg, host, path, candidates, steps, warmup, rounds, margin, threads
   timings = {name: statistics.median(t) for name, t in runs.items() if name not in failed}
   if not timings:
     raise ConfigError(f'tx tune: every candidate failed: {failed}')
-  choice = choose(timings, margin)
+  choice = choose(timings, margin, runs)
   flags, model = _setting(candidates[choice])
   entry = {'choice': choice, 'xla_flags': flags, 'model_overrides': model, 'timings': timings,
            'rounds_timings': runs, 'failed': failed, 'details': details,
