@@ -458,3 +458,16 @@ def test_the_peers_train_with_tx_sides_optimizer_settings():
     assert (kwargs['lr'], kwargs['betas'], kwargs['eps']) == (
         mine.learning_rate, (mine.b1, mine.b2), mine.eps), family
     assert kwargs.get('weight_decay', 0.0) == mine.weight_decay and clip == mine.clip_norm, family
+
+
+def test_a_case_with_several_steps_per_call_times_one_step():
+  """steps_per_call=3: each timed call runs 3 steps of the same batch; tokens/s and the step
+  time are per step, and the loss after 3 more steps per call is lower."""
+  spec = dict(cases.QUICK[0].spec, batch=2, steps=1, warmup=1)
+  one = tx_side.train(spec)
+  three = tx_side.train(dict(spec, steps_per_call=3))
+  assert three['tokens_per_s'] == pytest.approx(spec['batch'] * spec['ctx']
+                                                / three['step_time_s'])
+  assert three['loss'] < one['loss']  # 3 x (warmup + timed + final) updates against 1 x 3
+  assert set(cases.gemm_cases([cases.Case('x', spec)])) == {'x'}  # timed part by part ...
+  assert set(cases.gemm_cases([cases.Case('x', dict(spec, steps_per_call=3))])) == set()  # ... once

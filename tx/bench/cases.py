@@ -79,6 +79,13 @@ SUITE = (
                                           attention_impl='torch'),
          note="bert_6l with model.attention_impl=torch: PyTorch's CPU flash kernel inside "
               "tx's step (a host callback)"),
+    # train.steps_per_call=4: the step's scratch buffer mapped (and page-faulted in) once
+    # per 4 steps instead of every step (benchmarks/NOTES.md, attempt 51)
+    Case('bert_6l_4_per_call', _bert(6, 6, 384, 256, 16, steps=5, warmup=1, steps_per_call=4),
+         note='bert_6l with train.steps_per_call=4 (a timed step = a call / 4)'),
+    Case('bert_6l_torch_attention_4_per_call',
+         _bert(6, 6, 384, 256, 16, steps=5, warmup=1, steps_per_call=4, attention_impl='torch'),
+         note='bert_6l_torch_attention with train.steps_per_call=4'),
     # Where torch's GEMMs lead XLA's (the Intel AMX host, most in bf16: NOTES attempts 48-49)
     Case('bert_6l_torch_matmul', _bert(6, 6, 384, 256, 16, steps=5, warmup=1,
                                        matmul_impl='torch'),
@@ -163,10 +170,11 @@ def step_attention(spec: dict) -> tuple:
 def _timed_alone(cases, shapes) -> dict:
   """{float32 case name: shapes(spec)} for the decoder and encoder cases trained against a
   peer (a bf16 case under the name of its float32 case: the same shapes). A case with
-  torch's kernels has the shapes of its plain case, timed there."""
+  torch's kernels or several steps per call has the shapes of its plain case, timed there."""
   return {c.spec.get('float32_case') or c.name: shapes(c.spec) for c in cases
           if c.spec.get('family') in ('decoder', 'encoder') and 'train' in c.kinds and c.peer
-          and 'torch' not in (c.spec.get('attention_impl'), c.spec.get('matmul_impl'))}
+          and 'torch' not in (c.spec.get('attention_impl'), c.spec.get('matmul_impl'))
+          and c.spec.get('steps_per_call', 1) == 1}
 
 
 def gemm_cases(cases) -> dict:

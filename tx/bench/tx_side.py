@@ -39,17 +39,17 @@ from tx import ops
 from tx.config import DataConfig, ModelConfig
 from tx.config.experiment import ExperimentConfig
 from tx.config.optim import OptimConfig
-from tx.config.train import TaskConfig
+from tx.config.train import TaskConfig, TrainConfig
 from tx.decode.generate import generate_lm, generate_seq2seq
 from tx.layers.attention import causal_block_count
 from tx.models.build import build_model
 from tx.tasks.objectives import make_task
 from tx.timing import process_usage, sample_seconds, usage_per_step
 from tx.train.flops import flops_per_step, gemm_rates, matmul_rates
-from tx.train.mesh import batch_sharding, logical_rules, make_mesh
+from tx.train.mesh import batch_sharding, logical_rules, make_mesh, stacked_sharding
 from tx.train.optimizer import make_optimizer
 from tx.train.state import init_state, state_shardings
-from tx.train.step import jit_train_step, make_train_step
+from tx.train.step import consecutive_steps, jit_train_step, make_train_step
 
 _ARCH = {
     'decoder': dict(position='learned', norm='layernorm', norm_position='pre', ffn='gelu_tanh',
@@ -92,7 +92,8 @@ def experiment(spec: dict) -> ExperimentConfig:
   data = ({'dataset': 'multi30k', 'seq_len': spec['src_len'], 'target_len': spec['tgt_len']}
           if family == 'encoder_decoder' else {'seq_len': spec['ctx']})
   return ExperimentConfig(name='bench', model=model_config(spec), data=DataConfig(**data),
-                          optim=_OPTIM[family], task=task)
+                          optim=_OPTIM[family], task=task,
+                          train=TrainConfig(steps_per_call=spec.get('steps_per_call', 1)))
 
 
 def synthetic_batch(spec: dict, task_name: str, seed: int = 0) -> dict[str, np.ndarray]:
@@ -151,17 +152,20 @@ def _memory(compiled) -> dict[str, float]:
 
 def _train_step(cfg: ExperimentConfig):
   """(jitted step, abstract state, shardings, model, optimizer, task, mesh) as `tx train`
-  builds them (one device here: the mesh is 1 x 1 x 1)."""
+  builds them (one device here: the mesh is 1 x 1 x 1); cfg.train.steps_per_call steps
+  per call (`tx.train.step.consecutive_steps`, batches [K, B, ...])."""
   task = make_task(cfg)
   mesh = make_mesh(cfg.mesh)
   rules = logical_rules(cfg.mesh)
   model = build_model(cfg.model)
   optimizer, _ = make_optimizer(cfg.optim, total_steps=1000, d_model=cfg.model.d_model,
                                 model=cfg.model)
+  step_fn, sharding = make_train_step(model, task, optimizer, dropout=False), batch_sharding(mesh)
+  if cfg.train.steps_per_call > 1:
+    step_fn, sharding = consecutive_steps(step_fn), stacked_sharding(sharding)
   with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
     abstract, shardings = state_shardings(model, optimizer, cfg.model, mesh, rules)
-    step = jit_train_step(make_train_step(model, task, optimizer, dropout=False), shardings,
-                          batch_sharding(mesh))
+    step = jit_train_step(step_fn, shardings, sharding)
   return step, abstract, shardings, model, optimizer, task, mesh
 
 
@@ -178,8 +182,13 @@ def compiled_train_step(spec: dict):
   """(compiled step, initial state, device batch, cfg, task, compile seconds)."""
   cfg = experiment(spec)
   step, abstract, shardings, model, optimizer, task, mesh = _train_step(cfg)
+  per_call = cfg.train.steps_per_call
   with jax.set_mesh(mesh), nn.logical_axis_rules(logical_rules(cfg.mesh)):
-    batch = jax.device_put(synthetic_batch(spec, task.name), batch_sharding(mesh))
+    batch = synthetic_batch(spec, task.name)
+    if per_call > 1:  # the same batch for each step of a call
+      batch = {k: np.stack([v] * per_call) for k, v in batch.items()}
+    batch = jax.device_put(batch, stacked_sharding(batch_sharding(mesh)) if per_call > 1
+                           else batch_sharding(mesh))
     start = time.perf_counter()
     compiled = step.lower(abstract, batch).compile()
     compile_s = time.perf_counter() - start
@@ -222,12 +231,13 @@ def train(spec: dict) -> dict:
     holder['state'], metrics = compiled(holder['state'], batch)
     return metrics
 
-  first = _timed(one, 1)[0]
+  per_call = cfg.train.steps_per_call  # spec['steps'] calls of that many steps each
+  first = _timed(one, 1)[0] / per_call
   _timed(one, max(spec['warmup'] - 1, 0))
   before = process_usage()
-  times = _timed(one, spec['steps'])
-  usage = usage_per_step(before, process_usage(), spec['steps'])
-  metrics = jax.device_get(one())
+  times = [t / per_call for t in _timed(one, spec['steps'])]
+  usage = usage_per_step(before, process_usage(), spec['steps'] * per_call)
+  metrics = jax.tree.map(lambda x: x[-1] if per_call > 1 else x, jax.device_get(one()))
   median = statistics.median(times)
   tokens = spec['batch'] * (spec['tgt_len'] if task.name == 'seq2seq' else spec['ctx'])
   length = spec['src_len'] if task.name == 'seq2seq' else spec['ctx']

@@ -33,10 +33,16 @@ class TrainConfig:
   # Before the first step, refuse a step whose compiled memory exceeds the device's (or, on
   # CPU, the host's); tx.train.memory.
   memory_check: bool = True
+  # Training steps per compiled call (a scan over that many batches, each its own update):
+  # the call's scratch buffer is allocated once for all of them. On the CPU, where glibc maps
+  # a large buffer afresh on every call, 4 saved the encoder ~0.3 s of page faults a step
+  # (benchmarks/NOTES.md, attempt 51). Logging, evaluation and checkpoints still happen at
+  # their steps (single steps run up to each).
+  steps_per_call: int = 1
 
   def validate(self):
     for name in ('steps', 'batch_size', 'log_every', 'checkpoint_every', 'keep_checkpoints',
-                 'eval_every'):
+                 'eval_every', 'steps_per_call'):
       if getattr(self, name) <= 0:
         fail(f'train.{name}', f'must be > 0, got {getattr(self, name)}')
     if self.average_last < 0:

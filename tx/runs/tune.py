@@ -136,7 +136,9 @@ def step_signature(cfg) -> dict:
   shapes = batch_shapes(cfg.data, make_task(cfg).name, cfg.train.batch_size)
   return {'model': to_dict(cfg.model), 'optim': to_dict(cfg.optim), 'task': to_dict(cfg.task),
           'batch': {k: [list(shape), str(dtype)] for k, (shape, dtype) in sorted(shapes.items())},
-          'nan_policy': cfg.train.nan_policy, 'diagnostics': cfg.train.diagnostics}
+          'nan_policy': cfg.train.nan_policy, 'diagnostics': cfg.train.diagnostics,
+          **({'steps_per_call': cfg.train.steps_per_call} if cfg.train.steps_per_call > 1
+             else {})}
 
 
 def _digest(obj) -> str:
@@ -323,7 +325,7 @@ def time_step(spec: dict) -> dict:
   from tx.models.build import build_model  # pylint: disable=g-import-not-at-top
   from tx.train.optimizer import run_optimizer  # pylint: disable=g-import-not-at-top
   from tx.tasks import make_task  # pylint: disable=g-import-not-at-top
-  from tx.train.mesh import batch_sharding, logical_rules, make_mesh  # pylint: disable=g-import-not-at-top
+  from tx.train.mesh import batch_sharding, logical_rules, make_mesh, stacked_sharding  # pylint: disable=g-import-not-at-top
   from tx.train.state import init_state, state_shardings  # pylint: disable=g-import-not-at-top
   from tx.train.step import configured_train_step  # pylint: disable=g-import-not-at-top
   cfg = from_dict(ExperimentConfig, spec['config'])
@@ -342,10 +344,15 @@ def time_step(spec: dict) -> dict:
       batch[key] = np.ones(shape, dtype)
     else:
       batch[key] = rng.integers(3, cfg.model.vocab_size, shape).astype(dtype)
+  per_call = cfg.train.steps_per_call  # timed per step: a call's time / per_call
+  if per_call > 1:
+    batch = {k: np.stack([v] * per_call) for k, v in batch.items()}
   with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
     abstract, shardings = state_shardings(model, optimizer, cfg.model, mesh, rules, 0)
-    step = configured_train_step(cfg, model, task, optimizer, shardings, batch_sharding(mesh))
-    batch = jax.device_put(batch, batch_sharding(mesh))
+    step = configured_train_step(cfg, model, task, optimizer, shardings, batch_sharding(mesh),
+                                 steps_per_call=per_call)
+    batch = jax.device_put(batch, stacked_sharding(batch_sharding(mesh)) if per_call > 1
+                           else batch_sharding(mesh))
     start = time.perf_counter()
     compiled = step.lower(abstract, batch).compile()
     compile_s = time.perf_counter() - start
@@ -356,7 +363,7 @@ def time_step(spec: dict) -> dict:
     state, metrics = compiled(state, batch)
     jax.block_until_ready(metrics)
     if i >= spec['warmup']:
-      times.append(time.perf_counter() - start)
+      times.append((time.perf_counter() - start) / per_call)
   return {'step_time_s': statistics.median(times), 'step_time_min_s': min(times),
           'compile_s': compile_s, 'platform': jax.devices()[0].platform,
           'attention_impl': cfg.model.attention_impl, 'matmul_impl': cfg.model.matmul_impl,

@@ -10,6 +10,7 @@ restarted run sees exactly the batches an uninterrupted run would have seen.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import math
@@ -33,7 +34,8 @@ from tx.train.checkpoint import Checkpointer
 from tx.train.errors import NonFiniteError
 from tx.train.evaluate import evaluate
 from tx.train.flops import flops_per_step, measure_matmul_ceiling
-from tx.train.mesh import batch_divisor, batch_sharding, global_batch, logical_rules, make_mesh
+from tx.train.mesh import (batch_divisor, batch_sharding, global_batch, global_batches,
+                           logical_rules, make_mesh, stacked_sharding)
 from tx.train.optimizer import run_optimizer
 from tx.train.preemption import Preempted, PreemptionGuard
 from tx.train.state import init_state, state_shardings
@@ -264,17 +266,24 @@ def _finished_summary(run: _Run) -> dict | None:
 def _compile(run: _Run):
   """The train step compiled ahead of time for the global batch (from the abstract state:
   nothing is allocated), checked against the device's memory (train.memory_check), and the
-  jitted eval step; sets the run's parameter count, FLOPs per step and matmul ceiling."""
+  jitted eval step; sets the run's parameter count, FLOPs per step and matmul ceiling.
+  The step comes as `_Steps`: train.steps_per_call steps per call where it can."""
   cfg, mesh = run.cfg, run.mesh
-  train_step = configured_train_step(cfg, run.model, run.task, run.optimizer, run.shardings,
-                                     batch_sharding(mesh))
   spec = run.train_pipe.batch_spec()
   rows = cfg.train.batch_size
-  abstract_batch = {k: jax.ShapeDtypeStruct((rows,) + shape[1:], dtype,
-                                            sharding=batch_sharding(mesh))
-                    for k, (shape, dtype) in spec.items()}
+
+  def compile_steps(count: int):
+    train_step = configured_train_step(cfg, run.model, run.task, run.optimizer, run.shardings,
+                                       batch_sharding(mesh), steps_per_call=count)
+    sharding = batch_sharding(mesh) if count == 1 else stacked_sharding(batch_sharding(mesh))
+    lead = () if count == 1 else (count,)
+    abstract_batch = {k: jax.ShapeDtypeStruct(lead + (rows,) + shape[1:], dtype,
+                                              sharding=sharding)
+                      for k, (shape, dtype) in spec.items()}
+    return train_step.lower(run.abstract, abstract_batch).compile()
+
   t0 = time.time()
-  compiled = train_step.lower(run.abstract, abstract_batch).compile()
+  compiled = compile_steps(cfg.train.steps_per_call)
   run.compile_time = time.time() - t0
   if cfg.train.memory_check:
     memory.check_fits(compiled)
@@ -289,7 +298,27 @@ def _compile(run: _Run):
       + (f' ({memory.format_bytes(need)} per device)' if need is not None else '')
       + f', {jax.device_count()} device(s) {dict(mesh.shape)}; training to step '
       f'{cfg.train.steps}')
-  return compiled, jax.jit(make_eval_step(run.model, run.task))
+  steps = _Steps(cfg.train.steps_per_call, compiled, functools.partial(compile_steps, 1))
+  return steps, jax.jit(make_eval_step(run.model, run.task))
+
+
+class _Steps:
+  """The compiled training step: `per_call` (train.steps_per_call) steps per call, and one
+  step per call where a log, evaluation, checkpoint or the end is nearer than that (that
+  one compiled on first need)."""
+
+  def __init__(self, per_call: int, compiled, compile_single):
+    self.per_call, self._compiled, self._compile_single = per_call, compiled, compile_single
+    self._single = compiled if per_call == 1 else None
+
+  def __call__(self, state, batches, mesh, count: int):
+    """(state after `count` steps (1 or per_call) on the next batches, their metrics:
+    scalars for one step, [count] each for several)."""
+    if count == 1:
+      if self._single is None:
+        self._single = self._compile_single()
+      return self._single(state, global_batch(next(batches), mesh))
+    return self._compiled(state, global_batches([next(batches) for _ in range(count)], mesh))
 
 
 def _train_steps(run: _Run, state, batches, compiled, eval_step, progress):
@@ -298,9 +327,12 @@ def _train_steps(run: _Run, state, batches, compiled, eval_step, progress):
   cfg = run.cfg.train
   pending, window_start = [], time.time()
   while run.step < cfg.steps:
-    state, metrics = compiled(state, global_batch(next(batches), run.mesh))
-    run.step += 1
-    run.steps_run += 1
+    ahead = min([cfg.steps - run.step] + [every - run.step % every for every in
+                                          (cfg.log_every, cfg.eval_every, cfg.checkpoint_every)])
+    count = compiled.per_call if ahead >= compiled.per_call else 1
+    state, metrics = compiled(state, batches, run.mesh, count)
+    run.step += count
+    run.steps_run += count
     pending.append(metrics)
     last = run.step == cfg.steps
     at_log = run.step % cfg.log_every == 0 or last
@@ -326,7 +358,7 @@ def _log_window(run: _Run, state, pending: list, window_start: float, write: boo
                 progress) -> None:
   """Averages the steps since the last window into one metrics row (written when `write`),
   checks them for non-finite values before anything is saved, and moves the progress bar."""
-  host = jax.device_get(pending)  # waits for the window's steps: time them after this
+  host = _one_per_step(jax.device_get(pending))  # waits for the window's steps: time after
   elapsed = time.time() - window_start
   run.train_time += elapsed
   sums = {k: sum(float(m[k]) for m in host) for k in host[0] if k != 'diag'}
@@ -349,6 +381,16 @@ def _log_window(run: _Run, state, pending: list, window_start: float, write: boo
     _write_summary(run, state, status='diverged')
     raise
   progress.update(run.step, row)
+
+
+def _one_per_step(host: list) -> list:
+  """Host metrics of the calls of a window -> one dict per step (a call of several steps
+  returns each metric stacked [count])."""
+  out = []
+  for m in host:
+    count = np.ndim(m['finite']) and len(m['finite'])
+    out += [jax.tree.map(lambda x, i=i: x[i], m) for i in range(count)] if count else [m]
+  return out
 
 
 def _track_divergence(run: _Run, host: list, first_step: int) -> None:

@@ -114,3 +114,17 @@ def global_batch(local_batch: dict, mesh: Mesh) -> dict:
   sharding = batch_sharding(mesh)
   return {k: jax.make_array_from_process_local_data(sharding, np.asarray(v))
           for k, v in local_batch.items()}
+
+
+def stacked_sharding(sharding: NamedSharding) -> NamedSharding:
+  """`sharding` of a batch, for batches stacked behind a leading (unsplit) axis."""
+  return NamedSharding(sharding.mesh, P(None, *sharding.spec))
+
+
+def global_batches(local_batches: list[dict], mesh: Mesh) -> dict:
+  """K of this process's batches -> global jax.Arrays [K, B, ...], each batch sharded over
+  the batch axes (the batches of `tx.train.step.consecutive_steps`)."""
+  sharding = stacked_sharding(batch_sharding(mesh))
+  return {k: jax.make_array_from_process_local_data(
+      sharding, np.stack([np.asarray(b[k]) for b in local_batches]))
+          for k in local_batches[0]}

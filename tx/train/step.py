@@ -13,6 +13,7 @@ import optax
 from tx.tasks import diagnostics as diag_lib
 from tx.tasks.base import Task
 from tx.train import param_groups
+from tx.train.mesh import stacked_sharding
 from tx.train.state import TrainState
 
 
@@ -111,15 +112,25 @@ def jit_train_step(step_fn, state_shardings, batch_sharding):
 
 
 def configured_train_step(cfg, model, task: Task, optimizer: optax.GradientTransformation,
-                          state_shardings, batch_sharding):
+                          state_shardings, batch_sharding, steps_per_call: int = 1):
   """`jit_train_step` of the step `cfg` (an ExperimentConfig) describes: its gradient
   accumulation, its non-finite policy, dropout when the model has any. `tx train` and
-  `tx plan` build their step here, so the plan compiles what training runs."""
+  `tx plan` build their step here, so the plan compiles what training runs.
+  steps_per_call K > 1: `consecutive_steps` of it, batches [K, B, ...] (batch_sharding's
+  spec behind a leading unsplit axis), metrics [K] each."""
   dropout = cfg.model.dropout > 0 or cfg.model.attention_dropout > 0
   step_fn = make_train_step(model, task, optimizer, accum_steps=cfg.optim.grad_accum_steps,
                             skip_nonfinite=cfg.train.nan_policy == 'skip', dropout=dropout,
                             diagnostics=cfg.train.diagnostics)
+  if steps_per_call > 1:
+    step_fn, batch_sharding = consecutive_steps(step_fn), stacked_sharding(batch_sharding)
   return jit_train_step(step_fn, state_shardings, batch_sharding)
+
+
+def consecutive_steps(step_fn):
+  """steps(state, batches [K, B, ...]) -> (state after K updates, metrics [K, ...]): `step_fn`
+  on each batch in turn, in one compiled loop (its scratch memory allocated once)."""
+  return lambda state, batches: jax.lax.scan(step_fn, state, batches)
 
 
 def make_eval_step(model, task: Task):
