@@ -3,9 +3,10 @@
 Two local processes (one CPU device each) train the session's reference tiny decoder
 (`decoder_run`, one process) from its config.json: once with --coordinator / --num-processes /
 --process-id, once from a SLURM-style environment (the variables JAX's cluster detection
-reads, set here; loopback only). Both must equal the single-process run within float
-tolerance, with only process 0 printing. A config that differs between the processes and a
-coordinator nobody answers are one-line errors, not hangs.
+reads, set here; loopback only) with 4 training steps per compiled call. Both must equal the
+single-process run within float tolerance, with only process 0 printing. A config that
+differs between the processes and a coordinator nobody answers are one-line errors, not
+hangs.
 """
 
 import json
@@ -88,7 +89,9 @@ def test_a_slurm_environment_is_detected(tt, reference_config):
   slurm = lambda i: {'SLURM_JOB_ID': '4242', 'SLURM_STEP_NODELIST': 'localhost',
                      'SLURM_NTASKS': '2', 'SLURM_PROCID': str(i), 'SLURM_LOCALID': '0',
                      'JAX_COORDINATOR_PORT': str(port)}
-  procs = _start(tt, tmp, lambda i: _train_argv(config, workdir), slurm)
+  # ... with 4 training steps per call (each process's rows of 4 batches in one call)
+  procs = _start(tt, tmp, lambda i: _train_argv(config, workdir, '--set',
+                                                'train.steps_per_call=4'), slurm)
   _check_equals_one_process(tt, workdir, _finish(procs), ref_dir, reference)
 
 
