@@ -12,14 +12,16 @@
 #   tune       torch's GEMM and attention kernels (each, and both) against XLA's defaults in
 #              the bf16 and the encoder step (benchmarks/tune_case.py, one job at a time,
 #              2 rounds), ~6 min
+#   encoder    the bert_6l cases of the CPU suite (XLA's and torch's attention, torch's GEMM,
+#              4 steps per call: benchmarks/NOTES.md attempt 51), on 2 threads, ~7-9 min
 # A call runs at most 10 minutes and a session has 15 minutes of device time, machine
 # starts included: one full call. The unknowns first: `tune` (attempt 49's torch_matmul on
-# the Intel host), then `cpu` if a second call fits.
+# the Intel host), then `encoder` if a second call fits.
 #
-#   bash benchmarks/device_session.sh OUT_DIR [tune|cpu|cpu4|attention|gpt2|gpu ...]  # default: tune
+#   bash benchmarks/device_session.sh OUT_DIR [tune|encoder|cpu|cpu4|attention|gpt2|gpu ...]  # default: tune
 #
 set -u
-out=${1:?usage: bash benchmarks/device_session.sh OUT_DIR [tune|cpu|cpu4|attention|gpt2|gpu ...]}
+out=${1:?usage: bash benchmarks/device_session.sh OUT_DIR [tune|encoder|cpu|cpu4|attention|gpt2|gpu ...]}
 shift
 parts=${*:-tune}
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -43,6 +45,8 @@ for part in $parts; do
     # the project machines' 2 threads, so the ratios compare with benchmarks/NOTES.md
     cpu) timeout 330 python3 -m tx bench --only gpt_baby gpt_6l --threads 2 \
            --json "$out/cpu.json" 2>&1 | tee "$out/cpu.txt" ;;
+    encoder) taskset -c 0,1 timeout 560 python3 -m tx bench --only bert_6l --threads 2 \
+               --json "$out/encoder.json" 2>&1 | tee "$out/encoder.txt" ;;
     tune)
       for case in gpt_6l_bf16 bert_6l; do
         taskset -c 0,1 timeout 270 python3 "$here/benchmarks/tune_case.py" $case --threads 2 \
@@ -65,6 +69,6 @@ for part in $parts; do
         --threads 2 --rounds 2 --steps 3 >"$out/tune_bert.txt" 2>&1 &
       wait
       tail -n 40 "$out"/cpu.txt "$out"/bert.txt "$out"/tune_gpt.txt "$out"/tune_bert.txt ;;
-    *) echo "unknown part $part (tune, cpu, cpu4, attention, gpt2, gpu)" >&2; exit 2 ;;
+    *) echo "unknown part $part (tune, encoder, cpu, cpu4, attention, gpt2, gpu)" >&2; exit 2 ;;
   esac
 done
