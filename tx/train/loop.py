@@ -299,6 +299,9 @@ def _compile(run: _Run):
       + f', {jax.device_count()} device(s) {dict(mesh.shape)}; training to step '
       f'{cfg.train.steps}')
   steps = _Steps(cfg.train.steps_per_call, compiled, functools.partial(compile_steps, 1))
+  t = cfg.train
+  if any(n % t.steps_per_call for n in (t.steps, t.log_every, t.eval_every, t.checkpoint_every)):
+    steps.single()  # single steps will be needed: compiled now, not inside a timed window
   return steps, jax.jit(make_eval_step(run.model, run.task))
 
 
@@ -311,13 +314,17 @@ class _Steps:
     self.per_call, self._compiled, self._compile_single = per_call, compiled, compile_single
     self._single = compiled if per_call == 1 else None
 
+  def single(self):
+    """The one-step executable (compiled on the first call)."""
+    if self._single is None:
+      self._single = self._compile_single()
+    return self._single
+
   def __call__(self, state, batches, mesh, count: int):
     """(state after `count` steps (1 or per_call) on the next batches, their metrics:
     scalars for one step, [count] each for several)."""
     if count == 1:
-      if self._single is None:
-        self._single = self._compile_single()
-      return self._single(state, global_batch(next(batches), mesh))
+      return self.single()(state, global_batch(next(batches), mesh))
     return self._compiled(state, global_batches([next(batches) for _ in range(count)], mesh))
 
 
