@@ -193,3 +193,18 @@ def test_raw_dir_prefers_setting_then_environment(monkeypatch, tmp_path):
   assert sources.raw_dir(DataConfig(raw_dir=str(tmp_path / 'cfg'))) == tmp_path / 'cfg'
   monkeypatch.setenv('TFDS_DATA_DIR', str(tmp_path / 'cache'))
   assert sources.data_dir(DataConfig()) == tmp_path / 'cache'
+
+
+def test_a_builder_made_while_another_process_prepared_reads_the_data(tmp_path, monkeypatch):
+  """Two processes sharing a data dir (notebooks side by side, the processes of a job): one
+  made its builder before the other finished preparing, and then finds the data prepared;
+  it reads the splits that were written, not the empty ones its builder saw."""
+  corpus = tmp_path / 'corpus.txt'
+  corpus.write_text('\n'.join(f'line {i} of a small corpus' for i in range(200)) + '\n')
+  cfg = DataConfig(dataset='text', files=str(corpus), data_dir=str(tmp_path / 'tfds'))
+  stale = sources._resolve(cfg)  # pylint: disable=protected-access
+  prepared = len(sources.load_source(cfg, 'train'))  # "the other process"
+  fresh = sources._resolve  # pylint: disable=protected-access
+  first = iter([stale])
+  monkeypatch.setattr(sources, '_resolve', lambda c: next(first, None) or fresh(c))
+  assert len(sources.load_source(cfg, 'train')) == prepared > 0

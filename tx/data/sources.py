@@ -141,6 +141,10 @@ def load_source(data_cfg: DataConfig, split: str) -> Source:
     # A builder made before its data existed has empty split info (and another process
     # may have prepared it); a fresh one reads what was written.
     ds = _resolve(data_cfg)
+  elif not ds.builder.info.splits.keys():
+    # made while another process was finishing the preparation: prepared now, but this
+    # builder saw no data
+    ds = _resolve(data_cfg)
   builder = ds.builder
   if ds.tfds_name:
     own = catalog.split_name(builder, split)
