@@ -9,21 +9,22 @@
 #              cores): the decoder cases, the encoder cases with attention ablated, and
 #              benchmarks/tune_case.py on gpt_6l and bert_6l; ~8 min. The jobs disturb one
 #              another (benchmarks/NOTES.md attempt 48: ±20 %): read its paired ratios only
-#   tune       torch's GEMM and attention kernels (each, and both) against XLA's defaults in
-#              the bf16 and the encoder step (benchmarks/tune_case.py, one job at a time,
-#              2 rounds), ~6 min
-#   encoder    the bert_6l cases of the CPU suite (XLA's and torch's attention, torch's GEMM,
-#              4 steps per call: benchmarks/NOTES.md attempt 51), on 2 threads, ~7-9 min
+#   tune       torch's kernels, and 4 steps per call, against XLA's defaults in the bf16 and
+#              the encoder step (benchmarks/tune_case.py, one job at a time, 2 rounds), ~8 min
+#   encoder    bert_6l with tx's defaults and with both of torch's kernels at 4 steps per call
+#              (benchmarks/NOTES.md attempt 52's prediction: near 1.0x there), 2 rounds, ~7 min
+#   encoder1   every bert_6l case of the CPU suite, one round, ~6 min
+#   bf16       gpt_6l_bf16 with XLA's and with torch's GEMM against the peer in autocast, ~3 min
 # A call runs at most 10 minutes and a session has 15 minutes of device time, machine
-# starts included: one full call. The unknowns first: `tune` (attempt 49's torch_matmul on
-# the Intel host), then `encoder` if a second call fits.
+# starts included: one full call, then a short one on the warm machine. The unknown first:
+# `encoder` (attempt 52), then `tune` if a second call fits.
 #
-#   bash benchmarks/device_session.sh OUT_DIR [tune|encoder|cpu|cpu4|attention|gpt2|gpu ...]  # default: tune
+#   bash benchmarks/device_session.sh OUT_DIR [encoder|encoder1|tune|bf16|cpu|cpu4|attention|gpt2|gpu ...]  # default: encoder
 #
 set -u
-out=${1:?usage: bash benchmarks/device_session.sh OUT_DIR [tune|encoder|cpu|cpu4|attention|gpt2|gpu ...]}
+out=${1:?usage: bash benchmarks/device_session.sh OUT_DIR [encoder|encoder1|tune|bf16|cpu|cpu4|attention|gpt2|gpu ...]}
 shift
-parts=${*:-tune}
+parts=${*:-encoder}
 here=$(cd "$(dirname "$0")/.." && pwd)
 export PYTHONPATH=$here PYTHONUNBUFFERED=1 TF_CPP_MIN_LOG_LEVEL=2
 mkdir -p "$out"
@@ -45,14 +46,20 @@ for part in $parts; do
     # the project machines' 2 threads, so the ratios compare with benchmarks/NOTES.md
     cpu) timeout 330 python3 -m tx bench --only gpt_baby gpt_6l --threads 2 \
            --json "$out/cpu.json" 2>&1 | tee "$out/cpu.txt" ;;
-    encoder) taskset -c 0,1 timeout 560 python3 -m tx bench --only bert_6l --threads 2 \
+    encoder) taskset -c 0,1 timeout 540 python3 -m tx bench --only 'bert_6[l]' \
+               bert_6l_torch_kernels_4_per_call --rounds 2 --threads 2 \
                --json "$out/encoder.json" 2>&1 | tee "$out/encoder.txt" ;;
+    encoder1) taskset -c 0,1 timeout 420 python3 -m tx bench --only bert_6l --threads 2 \
+                --json "$out/encoder1.json" 2>&1 | tee "$out/encoder1.txt" ;;
+    bf16) taskset -c 0,1 timeout 220 python3 -m tx bench --only gpt_6l_bf16 --threads 2 \
+            --json "$out/bf16.json" 2>&1 | tee "$out/bf16.txt" ;;
     tune)
-      for case in gpt_6l_bf16 bert_6l; do
-        taskset -c 0,1 timeout 270 python3 "$here/benchmarks/tune_case.py" $case --threads 2 \
-          --candidates default torch_matmul torch_attention torch_attention_matmul \
-          --rounds 2 --steps 2 2>&1 | tee "$out/tune_$case.txt"
-      done ;;
+      taskset -c 0,1 timeout 270 python3 "$here/benchmarks/tune_case.py" gpt_6l_bf16 \
+        --threads 2 --candidates default torch_matmul torch_matmul_4_per_call --rounds 2 \
+        --steps 4 2>&1 | tee "$out/tune_gpt_6l_bf16.txt"
+      taskset -c 0,1 timeout 270 python3 "$here/benchmarks/tune_case.py" bert_6l --threads 2 \
+        --candidates default torch_attention_matmul default_4_per_call \
+        torch_attention_matmul_4_per_call --rounds 2 --steps 4 2>&1 | tee "$out/tune_bert_6l.txt" ;;
     cpu4)
       # one logical CPU per physical core, two per job, so no job shares a core with another
       read -r -a cpus <<<"$(lscpu -p=CPU,CORE,SOCKET | grep -v '^#' | sort -t, -k3,3n -k2,2n -u \
@@ -69,6 +76,6 @@ for part in $parts; do
         --threads 2 --rounds 2 --steps 3 >"$out/tune_bert.txt" 2>&1 &
       wait
       tail -n 40 "$out"/cpu.txt "$out"/bert.txt "$out"/tune_gpt.txt "$out"/tune_bert.txt ;;
-    *) echo "unknown part $part (tune, encoder, cpu, cpu4, attention, gpt2, gpu)" >&2; exit 2 ;;
+    *) echo "unknown part $part (encoder, encoder1, tune, bf16, cpu, cpu4, attention, gpt2, gpu)" >&2; exit 2 ;;
   esac
 done

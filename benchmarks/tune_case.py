@@ -1,5 +1,5 @@
 """`tx tune` on a `tx bench` case's training step: which XLA:CPU setting (and whether torch's
-attention kernel) wins on this host at the suite's own shapes.
+kernels, and several steps per call) wins on this host at the suite's own shapes.
 
   python benchmarks/tune_case.py gpt_6l --threads 2 --rounds 1 --steps 2 --warmup 1
 
@@ -25,8 +25,10 @@ def main() -> None:
   args = parser.parse_args()
   spec = next(c.spec for c in SUITE if c.name == args.case)
   cfg = experiment(spec)
-  cfg = cfg.replace(train=cfg.train.replace(batch_size=spec['batch']))
-  everything = tune.CANDIDATES | tune.model_candidates(cfg)
+  # steps_per_call left to tx unless the case sets it: its per-call variants are timed too
+  cfg = cfg.replace(train=cfg.train.replace(batch_size=spec['batch'],
+                                            steps_per_call=spec.get('steps_per_call')))
+  everything = tune.known_candidates()
   candidates = ({n: everything[n] for n in args.candidates} if args.candidates else None)
   entry = tune.tune(cfg, candidates=candidates, steps=args.steps, warmup=args.warmup,
                     rounds=args.rounds, threads=args.threads, force=True)

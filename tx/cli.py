@@ -331,10 +331,11 @@ def cmd_train(args) -> int:
   from tx.config.base import to_dict  # pylint: disable=g-import-not-at-top
   distributed.check_same_config(to_dict(cfg), args.coordinator_timeout)
   # Hosts of one job may have cached different choices; every process compiles process 0's.
-  overrides = distributed.process_zero_value(
-      'tx/tune', (entry or {}).get('model_overrides') or {}, args.coordinator_timeout)
+  chosen = distributed.process_zero_value(
+      'tx/tune', {k: (entry or {}).get(k) or {} for k in ('model_overrides', 'train_overrides')},
+      args.coordinator_timeout)
   say = print if distributed.is_main_process() else (lambda _: None)
-  cfg = tune.with_model_choice(cfg, {'model_overrides': overrides}, say=say)
+  cfg = tune.with_choice(cfg, chosen, say=say)
   check_workdir(args.workdir, cfg.name)
   from tx.runs.training import train_run  # pylint: disable=g-import-not-at-top
   result = train_run(cfg, args.workdir, quiet=args.quiet)

@@ -112,8 +112,8 @@ def test_processes_with_different_configs_stop_in_one_line(tt, reference_config)
 
 def test_every_process_takes_process_zeros_tuned_model_setting(tt, reference_config):
   """Hosts of one job may have cached different `tx tune` choices (here: process 0's cache
-  chose torch's attention kernel, process 1 has none): every process compiles process 0's,
-  where the two would otherwise stop at the config check."""
+  chose torch's attention kernel at 4 steps per call, process 1 has none): every process
+  compiles process 0's, where the two would otherwise stop at the config check."""
   pytest.importorskip('torch')
   from tx.bench import host as host_lib  # pylint: disable=import-outside-toplevel
   from tx.runs import tune  # pylint: disable=import-outside-toplevel
@@ -124,7 +124,8 @@ def test_every_process_takes_process_zeros_tuned_model_setting(tt, reference_con
   entry = tune.entry_path(load_config_file(str(config)), host_lib.probe(env0), env0)
   entry.parent.mkdir(parents=True)
   entry.write_text(json.dumps({'choice': 'torch_attention', 'xla_flags': '', 'timings': {},
-                               'model_overrides': {'attention_impl': 'torch'}}))
+                               'model_overrides': {'attention_impl': 'torch'},
+                               'train_overrides': {'steps_per_call': 4}}))
   port, workdir = tt.free_port(), tmp / 'tuned'
   procs = _start(tt, tmp, lambda i: _train_argv(
       config, workdir, '--coordinator', f'127.0.0.1:{port}', '--num-processes', '2',
@@ -133,8 +134,10 @@ def test_every_process_takes_process_zeros_tuned_model_setting(tt, reference_con
   outputs = _finish(procs)
   for i, (rc, _, err) in enumerate(outputs):
     assert rc == 0, f'process {i}:\n{err[-4000:]}'
-  assert 'model.attention_impl=torch, chosen by `tx tune`' in outputs[0][1]
-  assert json.loads((workdir / 'config.json').read_text())['model']['attention_impl'] == 'torch'
+  said = 'model.attention_impl=torch, train.steps_per_call=4, chosen by `tx tune`'
+  assert said in outputs[0][1]
+  written = json.loads((workdir / 'config.json').read_text())
+  assert written['model']['attention_impl'] == 'torch' and written['train']['steps_per_call'] == 4
   rows, _ = tt.rows(workdir)
   ref_rows, _ = tt.rows(ref_dir)  # torch's kernel against XLA's attention: float tolerance
   assert [r['loss'] for r in rows] == pytest.approx([r['loss'] for r in ref_rows], rel=1e-4)

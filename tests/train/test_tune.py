@@ -37,6 +37,7 @@ def tuned(tmp_path_factory):
   candidates = {'default': '', 'onednn': ONEDNN}
   if importlib.util.find_spec('torch'):
     candidates.update(tune.MODEL_CANDIDATES)  # torch_attention, torch_matmul, both
+  candidates['default_4_per_call'] = tune.known_candidates()['default_4_per_call']
   entry = tune.tune(_cfg(), candidates=candidates, steps=1, warmup=0, rounds=1, env=env,
                     say=said.append)
   return entry, env, said
@@ -78,6 +79,9 @@ def test_the_cache_key_separates_hosts_jax_versions_and_step_shapes(tmp_path):
   assert tune.entry_path(_cfg('train.batch_size=8'), host, env) != path
   assert tune.entry_path(_cfg('model.dtype=bfloat16'), host, env) != path
   assert tune.entry_path(_cfg('train.steps=7'), host, env) == path  # not part of the step
+  # steps_per_call set by the user (even to 1) is; left to tx (None) it is what tune times
+  assert tune.entry_path(_cfg('train.steps_per_call=1'), host, env) != path
+  assert tune.entry_path(_cfg('train.steps_per_call=4'), host, env) != path
   assert tune.entry_path(_cfg(), dict(host, model_name='Other CPU'), env) != path
   assert tune.entry_path(_cfg(), dict(host, jax='0.0.1'), env) != path
   assert tune.cache_dir({'XDG_CACHE_HOME': '/x'}).as_posix() == '/x/tx/tune'
@@ -240,7 +244,7 @@ def test_model_candidates_are_timed_only_where_tx_chooses_the_setting(monkeypatc
 
 
 def test_a_chosen_model_setting_is_cached_and_applied_by_train_unless_set(tmp_path, monkeypatch):
-  """The choice's model settings go into the entry; `with_model_choice` applies them to a
+  """The choice's model settings go into the entry; `with_choice` applies them to a
   config that left the attention to tx ('auto'), with a line saying so, and only then."""
   seen = []
   def fake(target, spec, *, threads, env):
@@ -254,17 +258,67 @@ def test_a_chosen_model_setting_is_cached_and_applied_by_train_unless_set(tmp_pa
   assert entry['choice'] == 'torch_attention' and entry['xla_flags'] == ''
   assert entry['model_overrides'] == {'attention_impl': 'torch'}
   said = []
-  assert tune.with_model_choice(_cfg(), entry, said.append).model.attention_impl == 'torch'
+  assert tune.with_choice(_cfg(), entry, said.append).model.attention_impl == 'torch'
   assert len(said) == 1 and 'model.attention_impl=torch' in said[0] and 'TX_TUNE=0' in said[0]
   chosen_by_user = _cfg('model.attention_impl=xla')
-  assert tune.with_model_choice(chosen_by_user, entry, said.append) is chosen_by_user
-  assert tune.with_model_choice(_cfg(), None, said.append).model.attention_impl == 'auto'
+  assert tune.with_choice(chosen_by_user, entry, said.append) is chosen_by_user
+  assert tune.with_choice(_cfg(), None, said.append).model.attention_impl == 'auto'
   assert len(said) == 1
   matmul = {'model_overrides': {'matmul_impl': 'torch'}}
-  assert tune.with_model_choice(_cfg(), matmul, said.append).model.matmul_impl == 'torch'
+  assert tune.with_choice(_cfg(), matmul, said.append).model.matmul_impl == 'torch'
   assert 'model.matmul_impl=torch' in said[-1]
   both = {'model_overrides': tune.MODEL_CANDIDATES['torch_attention_matmul']['model']}
-  assert tune.with_model_choice(_cfg('model.attention_impl=xla'), both, said.append).model \
+  assert tune.with_choice(_cfg('model.attention_impl=xla'), both, said.append).model \
       .attention_impl == 'xla'  # one of them set by the user: neither is applied
   chosen_by_user = _cfg('model.matmul_impl=xla')
-  assert tune.with_model_choice(chosen_by_user, matmul, said.append) is chosen_by_user
+  assert tune.with_choice(chosen_by_user, matmul, said.append) is chosen_by_user
+
+
+def test_a_per_call_candidate_reaches_its_step(tuned):
+  """default_4_per_call is timed at 4 steps per call, every other candidate at 1."""
+  details = tuned[0]['details']
+  assert details['default_4_per_call']['steps_per_call'] == 4
+  assert {d['steps_per_call'] for n, d in details.items() if n != 'default_4_per_call'} == {1}
+
+
+def test_per_call_candidates_are_timed_only_where_tx_chooses_the_setting(monkeypatch):
+  monkeypatch.setattr(importlib.util, 'find_spec', lambda name: None)  # torch not installed
+  names = lambda cfg: set(tune.CANDIDATES | tune.per_call_candidates(cfg, tune.CANDIDATES |
+                                                                     tune.model_candidates(cfg)))
+  assert names(_cfg()) == set(tune.CANDIDATES) | {'default_4_per_call'}
+  for setting in ('train.steps_per_call=1', 'train.steps_per_call=2'):
+    assert names(_cfg(setting)) == set(tune.CANDIDATES), setting
+  both = tune.per_call_candidates(_cfg(), {'default': '', 'onednn': ONEDNN,
+                                           **tune.MODEL_CANDIDATES})
+  assert set(both) == {'default_4_per_call', 'torch_attention_4_per_call',
+                       'torch_matmul_4_per_call', 'torch_attention_matmul_4_per_call'}
+  assert both['torch_attention_4_per_call'] == {'xla_flags': '',
+                                                'model': {'attention_impl': 'torch'},
+                                                'train': {'steps_per_call': 4}}
+
+
+def test_a_chosen_steps_per_call_is_cached_and_applied_by_train_unless_set(tmp_path, monkeypatch):
+  """A per-call candidate that wins puts train.steps_per_call into the entry; `with_choice`
+  applies it (with the model settings) where the config left it None, with a line saying so."""
+  seen = []
+  def fake(target, spec, *, threads, env):
+    seen.append((spec['model_overrides'], spec['train_overrides']))
+    return {'step_time_s': 0.5 if spec['train_overrides'] else 1.0, 'compile_s': 0.0}
+  monkeypatch.setattr(worker, 'run_isolated', fake)
+  known = tune.known_candidates()
+  candidates = {n: known[n] for n in ('default', 'torch_attention', 'torch_attention_4_per_call')}
+  entry = tune.tune(_cfg(), candidates=candidates, rounds=1, env={'TX_CACHE_DIR': str(tmp_path)},
+                    say=lambda m: None)
+  assert seen == [({}, {}), ({'attention_impl': 'torch'}, {}),
+                  ({'attention_impl': 'torch'}, {'steps_per_call': 4})]
+  assert entry['choice'] == 'torch_attention_4_per_call'
+  assert entry['train_overrides'] == {'steps_per_call': 4}
+  said = []
+  chosen = tune.with_choice(_cfg(), entry, said.append)
+  assert chosen.train.steps_per_call == 4 and chosen.model.attention_impl == 'torch'
+  assert said == ['tx: model.attention_impl=torch, train.steps_per_call=4, chosen by `tx tune` '
+                  'on this host for this step; TX_TUNE=0 turns this off']
+  set_by_user = tune.with_choice(_cfg('train.steps_per_call=1'), entry, said.append)
+  assert set_by_user.train.steps_per_call == 1 and set_by_user.model.attention_impl == 'torch'
+  assert tune.with_choice(_cfg(), {'model_overrides': {}}, said.append).train.per_call == 1
+  assert len(said) == 2

@@ -59,6 +59,11 @@ SUITE = (
     Case('gpt_6l', _gpt(6, 6, 384, 256, 64, steps=5, warmup=1, **_TUNED, **_DECODE),
          kinds=('train', 'decode'), decode_batches=(1, 8),
          note="nanoGPT's GPU shakespeare_char shape; scanned layers, remat dots_no_batch"),
+    # the decoder's scratch buffer (2.2 GB) faulted in once per 2 steps (NOTES attempt 51)
+    Case('gpt_6l_torch_attention_2_per_call',
+         _gpt(6, 6, 384, 256, 64, steps=3, warmup=1, steps_per_call=2, attention_impl='torch',
+              **_TUNED),
+         note='gpt_6l with model.attention_impl=torch and train.steps_per_call=2'),
     Case('gpt_6l_plain', _gpt(6, 6, 384, 256, 64, steps=2, warmup=1), peer=False,
          note='the same model unscanned, no remat (tx defaults)'),
     # Unscanned, no remat: in bf16 the scanned dots_no_batch stack is ~20 % slower on
@@ -86,6 +91,13 @@ SUITE = (
     Case('bert_6l_torch_attention_4_per_call',
          _bert(6, 6, 384, 256, 16, steps=5, warmup=1, steps_per_call=4, attention_impl='torch'),
          note='bert_6l_torch_attention with train.steps_per_call=4'),
+    # Both of torch's kernels: the Intel host's float32 GEMMs and attention both trail
+    # torch's (benchmarks/NOTES.md, attempts 48 and 52)
+    Case('bert_6l_torch_kernels_4_per_call',
+         _bert(6, 6, 384, 256, 16, steps=5, warmup=1, steps_per_call=4, attention_impl='torch',
+               matmul_impl='torch'),
+         note="bert_6l with both of torch's kernels (attention and GEMM) and "
+              "train.steps_per_call=4"),
     # Where torch's GEMMs lead XLA's (the Intel AMX host, most in bf16: NOTES attempts 48-49)
     Case('bert_6l_torch_matmul', _bert(6, 6, 384, 256, 16, steps=5, warmup=1,
                                        matmul_impl='torch'),

@@ -161,7 +161,7 @@ def _train_step(cfg: ExperimentConfig):
   optimizer, _ = make_optimizer(cfg.optim, total_steps=1000, d_model=cfg.model.d_model,
                                 model=cfg.model)
   step_fn, sharding = make_train_step(model, task, optimizer, dropout=False), batch_sharding(mesh)
-  if cfg.train.steps_per_call > 1:
+  if cfg.train.per_call > 1:
     step_fn, sharding = consecutive_steps(step_fn), stacked_sharding(sharding)
   with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
     abstract, shardings = state_shardings(model, optimizer, cfg.model, mesh, rules)
@@ -182,7 +182,7 @@ def compiled_train_step(spec: dict):
   """(compiled step, initial state, device batch, cfg, task, compile seconds)."""
   cfg = experiment(spec)
   step, abstract, shardings, model, optimizer, task, mesh = _train_step(cfg)
-  per_call = cfg.train.steps_per_call
+  per_call = cfg.train.per_call
   with jax.set_mesh(mesh), nn.logical_axis_rules(logical_rules(cfg.mesh)):
     batch = synthetic_batch(spec, task.name)
     if per_call > 1:  # the same batch for each step of a call
@@ -231,7 +231,7 @@ def train(spec: dict) -> dict:
     holder['state'], metrics = compiled(holder['state'], batch)
     return metrics
 
-  per_call = cfg.train.steps_per_call  # spec['steps'] calls of that many steps each
+  per_call = cfg.train.per_call  # spec['steps'] calls of that many steps each
   first = _timed(one, 1)[0] / per_call
   _timed(one, max(spec['warmup'] - 1, 0))
   before = process_usage()

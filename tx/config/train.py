@@ -37,14 +37,23 @@ class TrainConfig:
   # the call's scratch buffer is allocated once for all of them. On the CPU, where glibc maps
   # a large buffer afresh on every call, 4 saved the encoder ~0.3 s of page faults a step
   # (benchmarks/NOTES.md, attempt 51). Logging, evaluation and checkpoints still happen at
-  # their steps (single steps run up to each).
-  steps_per_call: int = 1
+  # their steps (single steps run up to each). None: 1, unless `tx tune` chose more for this
+  # host and step.
+  steps_per_call: int | None = None
+
+  @property
+  def per_call(self) -> int:
+    """The training steps of one compiled call: steps_per_call, None counting as 1."""
+    return 1 if self.steps_per_call is None else self.steps_per_call
 
   def validate(self):
     for name in ('steps', 'batch_size', 'log_every', 'checkpoint_every', 'keep_checkpoints',
-                 'eval_every', 'steps_per_call'):
+                 'eval_every'):
       if getattr(self, name) <= 0:
         fail(f'train.{name}', f'must be > 0, got {getattr(self, name)}')
+    if self.per_call <= 0:
+      fail('train.steps_per_call', f'must be > 0 (or None: 1 unless `tx tune` chose more), got '
+           f'{self.steps_per_call}')
     if self.average_last < 0:
       fail('train.average_last', f'must be >= 0 (0 = off), got {self.average_last}')
     if self.average_last > self.keep_checkpoints:

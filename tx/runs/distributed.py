@@ -143,7 +143,7 @@ def process_zero_value(key: str, value, timeout_s: float = DEFAULT_TIMEOUT_S):
     return value
   try:
     values = compat.exchange(key, json.dumps(value, sort_keys=True), timeout_s)
-  except Exception as e:  # pylint: disable=broad-except
+  except Exception:  # pylint: disable=broad-except
     raise UserError(f'processes did not all reach {key!r} within {timeout_s} s; one of them '
                     'probably failed: see its output') from None
   return json.loads(values[0])

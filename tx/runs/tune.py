@@ -7,9 +7,10 @@
 
 Which XLA:CPU settings win depends on the CPU (benchmarks/NOTES.md: what wins on the AMD
 EPYC loses on the Intel Xeon) and on the step's shapes, so tx measures instead of keeping a
-table of hosts. Each candidate in `CANDIDATES` (a set of XLA flags), and each of
+table of hosts. Each candidate in `CANDIDATES` (a set of XLA flags), each of
 `MODEL_CANDIDATES` that applies (torch's CPU attention kernel, torch's GEMM for the dense
-layers), compiles the experiment's
+layers), and, where the config leaves train.steps_per_call to tx, XLA's defaults and each
+model candidate again at PER_CALL steps per compiled call, compiles the experiment's
 real training step (its model, optimizer, dropout and batch shapes, on synthetic tokens) in a
 fresh process, as `tx bench` does, and times `steps` steps after `warmup`, in `rounds`
 rounds of rotating order (one pass is at the mercy of machine noise). The fastest median
@@ -25,8 +26,9 @@ choice (a lock file beside the entry) instead of timing on the same cores at onc
 `tx train` looks the run up before JAX starts its backend and appends the chosen flags to
 XLA_FLAGS; a flag you already set in XLA_FLAGS wins over the cached one. A chosen model
 setting (model.attention_impl or model.matmul_impl) replaces it only where the config left
-it 'auto'; in a multi-process job every process takes process 0's (hosts may have cached
-different choices, and every process must compile the same program). TX_TUNE=0 (or
+it 'auto', and a chosen train.steps_per_call only where the config left it None; in a
+multi-process job every process takes process 0's (hosts may have cached different choices,
+and every process must compile the same program). TX_TUNE=0 (or
 `tx train --no-tune`) turns the lookup off; `tx tune --force` measures again.
 """
 
@@ -63,6 +65,11 @@ MODEL_CANDIDATES = {
     'torch_matmul': {'model': {'matmul_impl': 'torch'}},
     'torch_attention_matmul': {'model': {'attention_impl': 'torch', 'matmul_impl': 'torch'}},
 }
+# train.steps_per_call timed beside 1 where the config leaves it to tx (None): XLA's defaults
+# and each model candidate, PER_CALL steps per compiled call. On the CPU a call's scratch
+# buffer is mapped and faulted in afresh on every call (benchmarks/NOTES.md, attempt 51).
+PER_CALL = 4
+PER_CALL_SUFFIX = f'_{PER_CALL}_per_call'
 OPT_OUT = 'TX_TUNE'
 WORKER = 'tx.runs.tune:time_step'
 
@@ -102,22 +109,53 @@ def model_candidates(cfg) -> dict:
   return out
 
 
-def _setting(candidate) -> tuple[str, dict]:
-  """(XLA flags, model overrides) of a candidate: a flags string, or {'xla_flags', 'model'}."""
+def per_call_candidates(cfg, candidates: dict) -> dict:
+  """Each of 'default' and the model candidates in `candidates` again with
+  train.steps_per_call=PER_CALL, named '<name>_4_per_call'; none where the config sets
+  train.steps_per_call itself."""
+  if cfg.train.steps_per_call is not None:
+    return {}
+  return {f'{name}{PER_CALL_SUFFIX}': _with_per_call(candidates[name]) for name in candidates
+          if name == 'default' or name in MODEL_CANDIDATES}
+
+
+def _with_per_call(candidate) -> dict:
+  flags, model, train = _setting(candidate)
+  return {'xla_flags': flags, 'model': model, 'train': dict(train, steps_per_call=PER_CALL)}
+
+
+def known_candidates() -> dict:
+  """Every candidate `tx tune --candidates` may name."""
+  named = {'default': '', **MODEL_CANDIDATES}
+  return CANDIDATES | MODEL_CANDIDATES | {f'{name}{PER_CALL_SUFFIX}': _with_per_call(c)
+                                          for name, c in named.items()}
+
+
+def _setting(candidate) -> tuple[str, dict, dict]:
+  """(XLA flags, model overrides, train overrides) of a candidate: a flags string, or
+  {'xla_flags', 'model', 'train'}."""
   if isinstance(candidate, str):
-    return candidate, {}
-  return candidate.get('xla_flags', ''), dict(candidate.get('model', {}))
+    return candidate, {}, {}
+  return (candidate.get('xla_flags', ''), dict(candidate.get('model', {})),
+          dict(candidate.get('train', {})))
 
 
-def with_model_choice(cfg, entry: dict | None, say=print):
-  """`cfg` with the model settings of a cached choice (`apply`'s entry), where the config
-  left them to tx (each overridden setting 'auto'); `cfg` itself otherwise."""
-  overrides = (entry or {}).get('model_overrides') or {}
-  if not overrides or any(getattr(cfg.model, k) != 'auto' for k in overrides):
+def with_choice(cfg, entry: dict | None, say=print):
+  """`cfg` with the model and training-loop settings of a cached choice (`apply`'s entry)
+  where the config left them to tx: model settings where each is 'auto', steps_per_call where
+  it is None. `cfg` itself where nothing applies."""
+  model = (entry or {}).get('model_overrides') or {}
+  train = (entry or {}).get('train_overrides') or {}
+  if any(getattr(cfg.model, k) != 'auto' for k in model):
+    model = {}
+  if any(getattr(cfg.train, k) is not None for k in train):
+    train = {}
+  if not model and not train:
     return cfg
-  said = ', '.join(f'model.{k}={v}' for k, v in overrides.items())
+  said = ', '.join([f'model.{k}={v}' for k, v in model.items()]
+                   + [f'train.{k}={v}' for k, v in train.items()])
   say(f'tx: {said}, chosen by `tx tune` on this host for this step; {OPT_OUT}=0 turns this off')
-  return cfg.replace(model=cfg.model.replace(**overrides))
+  return cfg.replace(model=cfg.model.replace(**model), train=cfg.train.replace(**train))
 
 
 def _tuned_config(cfg):
@@ -137,8 +175,9 @@ def step_signature(cfg) -> dict:
   return {'model': to_dict(cfg.model), 'optim': to_dict(cfg.optim), 'task': to_dict(cfg.task),
           'batch': {k: [list(shape), str(dtype)] for k, (shape, dtype) in sorted(shapes.items())},
           'nan_policy': cfg.train.nan_policy, 'diagnostics': cfg.train.diagnostics,
-          **({'steps_per_call': cfg.train.steps_per_call} if cfg.train.steps_per_call > 1
-             else {})}
+          # set by the user (a config that leaves it to tx has per-call candidates timed)
+          **({'steps_per_call': cfg.train.steps_per_call}
+             if cfg.train.steps_per_call is not None else {})}
 
 
 def _digest(obj) -> str:
@@ -197,7 +236,10 @@ def tune(cfg, *, candidates=None, steps: int = 5, warmup: int = 2, rounds: int =
   from tx.bench import host as host_lib  # pylint: disable=g-import-not-at-top
   from tx.config.base import ConfigError  # pylint: disable=g-import-not-at-top
   env = dict(os.environ if env is None else env)
-  candidates = dict(CANDIDATES | model_candidates(cfg) if candidates is None else candidates)
+  if candidates is None:
+    candidates = CANDIDATES | model_candidates(cfg)
+    candidates |= per_call_candidates(cfg, candidates)
+  candidates = dict(candidates)
   if not candidates:
     raise ConfigError('tx tune: no candidate settings to time')
   if steps < 1 or warmup < 0 or rounds < 1 or not 0 <= margin < 1:
@@ -250,10 +292,10 @@ def _measure(cfg, host, path, candidates, steps, warmup, rounds, margin, threads
     for name in names[r % len(names):] + names[:r % len(names)]:  # each round starts later
       if name in failed:
         continue
-      flags, model = _setting(candidates[name])
+      flags, model, train = _setting(candidates[name])
       try:
-        result = run_isolated(WORKER, dict(spec, model_overrides=model), threads=threads,
-                              env={'XLA_FLAGS': merge_flags(own, flags)})
+        result = run_isolated(WORKER, dict(spec, model_overrides=model, train_overrides=train),
+                              threads=threads, env={'XLA_FLAGS': merge_flags(own, flags)})
       except BenchError as e:
         failed[name] = str(e)
         say(f'tx tune: {name}: failed ({e})')
@@ -261,13 +303,14 @@ def _measure(cfg, host, path, candidates, steps, warmup, rounds, margin, threads
       runs.setdefault(name, []).append(result['step_time_s'])
       details[name] = result
       say(f'tx tune: round {r + 1} {name:<22} {result["step_time_s"] * 1e3:9.1f} ms/step '
-          f'(compile {result["compile_s"]:.1f}s) {_described(flags, model)}')
+          f'(compile {result["compile_s"]:.1f}s) {_described(flags, model, train)}')
   timings = {name: statistics.median(t) for name, t in runs.items() if name not in failed}
   if not timings:
     raise ConfigError(f'tx tune: every candidate failed: {failed}')
   choice = choose(timings, margin, runs)
-  flags, model = _setting(candidates[choice])
-  entry = {'choice': choice, 'xla_flags': flags, 'model_overrides': model, 'timings': timings,
+  flags, model, train = _setting(candidates[choice])
+  entry = {'choice': choice, 'xla_flags': flags, 'model_overrides': model,
+           'train_overrides': train, 'timings': timings,
            'rounds_timings': runs, 'failed': failed, 'details': details,
            'candidates': candidates, 'steps': steps, 'warmup': warmup, 'rounds': rounds,
            'margin': margin, 'threads': threads, 'experiment': cfg.name,
@@ -282,9 +325,9 @@ def _measure(cfg, host, path, candidates, steps, warmup, rounds, margin, threads
   return entry
 
 
-def _described(flags: str, model: dict) -> str:
-  return ' '.join([flags] * bool(flags) + [f'model.{k}={v}' for k, v in model.items()]) or \
-      '(XLA defaults)'
+def _described(flags: str, model: dict, train: dict) -> str:
+  return ' '.join([flags] * bool(flags) + [f'model.{k}={v}' for k, v in model.items()]
+                  + [f'train.{k}={v}' for k, v in train.items()]) or '(XLA defaults)'
 
 
 def apply(cfg, *, env=None, say=print, tune_if_missing: bool = False) -> dict | None:
@@ -313,9 +356,11 @@ def apply(cfg, *, env=None, say=print, tune_if_missing: bool = False) -> dict | 
 
 def time_step(spec: dict) -> dict:
   """Worker (run in its own process by `tune`): compiles spec['config']'s training step and
-  times it on synthetic batches of its shapes. Returns step_time_s (median of spec['steps']
-  timed steps after spec['warmup']), step_time_min_s, compile_s, platform, attention_impl,
-  matmul_impl (after spec['model_overrides']), xla_flags."""
+  times it on synthetic batches of its shapes. Returns step_time_s (median over the calls
+  that make spec['steps'] timed steps, after those that make spec['warmup']; a call of K
+  steps counts as K steps of a K-th of its time), step_time_min_s, compile_s, platform,
+  attention_impl, matmul_impl (after spec['model_overrides']), steps_per_call (after
+  spec['train_overrides']), xla_flags."""
   import flax.linen as nn  # pylint: disable=g-import-not-at-top
   import jax  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
@@ -329,7 +374,8 @@ def time_step(spec: dict) -> dict:
   from tx.train.state import init_state, state_shardings  # pylint: disable=g-import-not-at-top
   from tx.train.step import configured_train_step  # pylint: disable=g-import-not-at-top
   cfg = from_dict(ExperimentConfig, spec['config'])
-  cfg = cfg.replace(model=cfg.model.replace(**spec.get('model_overrides', {})))
+  cfg = cfg.replace(model=cfg.model.replace(**spec.get('model_overrides', {})),
+                    train=cfg.train.replace(**spec.get('train_overrides', {})))
   task, model = make_task(cfg), build_model(cfg.model)
   optimizer, _ = run_optimizer(cfg)
   mesh, rules = make_mesh(cfg.mesh, jax.devices()[:1]), logical_rules(cfg.mesh)
@@ -344,7 +390,7 @@ def time_step(spec: dict) -> dict:
       batch[key] = np.ones(shape, dtype)
     else:
       batch[key] = rng.integers(3, cfg.model.vocab_size, shape).astype(dtype)
-  per_call = cfg.train.steps_per_call  # timed per step: a call's time / per_call
+  per_call = cfg.train.per_call  # timed per step: a call's time / per_call
   if per_call > 1:
     batch = {k: np.stack([v] * per_call) for k, v in batch.items()}
   with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
@@ -357,17 +403,17 @@ def time_step(spec: dict) -> dict:
     compiled = step.lower(abstract, batch).compile()
     compile_s = time.perf_counter() - start
     state = init_state(model, optimizer, cfg.model, shardings, seed=0)
-  times = []
-  for i in range(spec['warmup'] + spec['steps']):
+  times, warmup = [], -(-spec['warmup'] // per_call)  # calls, rounded up
+  for i in range(warmup + -(-spec['steps'] // per_call)):
     start = time.perf_counter()
     state, metrics = compiled(state, batch)
     jax.block_until_ready(metrics)
-    if i >= spec['warmup']:
+    if i >= warmup:
       times.append((time.perf_counter() - start) / per_call)
   return {'step_time_s': statistics.median(times), 'step_time_min_s': min(times),
           'compile_s': compile_s, 'platform': jax.devices()[0].platform,
           'attention_impl': cfg.model.attention_impl, 'matmul_impl': cfg.model.matmul_impl,
-          'xla_flags': os.environ.get('XLA_FLAGS', '')}
+          'steps_per_call': per_call, 'xla_flags': os.environ.get('XLA_FLAGS', '')}
 
 
 def cli(args, resolve) -> int:
@@ -376,7 +422,7 @@ def cli(args, resolve) -> int:
   cfg = resolve(args.experiment, parse_overrides(args.set))
   candidates = None
   if args.candidates:
-    known = CANDIDATES | MODEL_CANDIDATES
+    known = known_candidates()
     unknown = [c for c in args.candidates if c not in known]
     if unknown:
       from tx.errors import UserError  # pylint: disable=g-import-not-at-top
@@ -385,6 +431,7 @@ def cli(args, resolve) -> int:
   say = lambda m: print(m, file=sys.stderr, flush=True)
   entry = tune(cfg, candidates=candidates, steps=args.steps, warmup=args.warmup,
                rounds=args.rounds, margin=args.margin, force=args.force, say=say)
-  print(json.dumps({k: entry.get(k) for k in ('choice', 'xla_flags', 'model_overrides', 'timings',
-                                                'failed')}, indent=1))
+  print(json.dumps({k: entry.get(k) for k in ('choice', 'xla_flags', 'model_overrides',
+                                                'train_overrides', 'timings', 'failed')},
+                   indent=1))
   return 0

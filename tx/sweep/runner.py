@@ -242,7 +242,8 @@ def cli(args, sweep: Sweep, resolve: Resolver) -> int:
 def _apply_tuning(sweep: Sweep, args, resolve: Resolver, extra: dict) -> None:
   """The `tx tune` choice cached for the first run's step (measured first with --tune):
   XLA's flags are read once per process, so that one choice holds for every run. A choice
-  of model settings (`tune.MODEL_CANDIDATES`) is not applied: each run keeps its config."""
+  of model settings (`tune.MODEL_CANDIDATES`) or of train.steps_per_call is not applied: each
+  run keeps its config."""
   runs = select(plan(sweep, args.workdir, resolve=resolve, seeds=args.seeds, extra=extra),
                 args.only, sweep)
   if runs:

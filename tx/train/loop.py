@@ -283,7 +283,7 @@ def _compile(run: _Run):
     return train_step.lower(run.abstract, abstract_batch).compile()
 
   t0 = time.time()
-  compiled = compile_steps(cfg.train.steps_per_call)
+  compiled = compile_steps(cfg.train.per_call)
   run.compile_time = time.time() - t0
   if cfg.train.memory_check:
     memory.check_fits(compiled)
@@ -298,9 +298,9 @@ def _compile(run: _Run):
       + (f' ({memory.format_bytes(need)} per device)' if need is not None else '')
       + f', {jax.device_count()} device(s) {dict(mesh.shape)}; training to step '
       f'{cfg.train.steps}')
-  steps = _Steps(cfg.train.steps_per_call, compiled, functools.partial(compile_steps, 1))
+  steps = _Steps(cfg.train.per_call, compiled, functools.partial(compile_steps, 1))
   t = cfg.train
-  if any(n % t.steps_per_call for n in (t.steps, t.log_every, t.eval_every, t.checkpoint_every)):
+  if any(n % t.per_call for n in (t.steps, t.log_every, t.eval_every, t.checkpoint_every)):
     steps.single()  # single steps will be needed: compiled now, not inside a timed window
   return steps, jax.jit(make_eval_step(run.model, run.task))
 
