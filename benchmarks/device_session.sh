@@ -11,20 +11,23 @@
 #              another (benchmarks/NOTES.md attempt 48: ±20 %): read its paired ratios only
 #   tune       torch's kernels, and 4 steps per call, against XLA's defaults in the bf16 and
 #              the encoder step (benchmarks/tune_case.py, one job at a time, 2 rounds), ~8 min
+#   tuned      `tx tune` on bert_6l (XLA's defaults against torch's kernels at 4 steps per
+#              call, 2 rounds), then `tx bench --only 'bert_6[l]' --tune --rounds 2`: the encoder
+#              as a user who ran `tx tune` gets it, against the peer; ~8 min
 #   encoder    bert_6l with tx's defaults and with both of torch's kernels at 4 steps per call
 #              (benchmarks/NOTES.md attempt 52's prediction: near 1.0x there), 2 rounds, ~7 min
 #   encoder1   every bert_6l case of the CPU suite, one round, ~6 min
 #   bf16       gpt_6l_bf16 with XLA's and with torch's GEMM against the peer in autocast, ~3 min
 # A call runs at most 10 minutes and a session has 15 minutes of device time, machine
 # starts included: one full call, then a short one on the warm machine. The unknown first:
-# `encoder` (attempt 52), then `tune` if a second call fits.
+# `tuned` (attempts 52-53), then `bf16` if a second call fits.
 #
-#   bash benchmarks/device_session.sh OUT_DIR [encoder|encoder1|tune|bf16|cpu|cpu4|attention|gpt2|gpu ...]  # default: encoder
+#   bash benchmarks/device_session.sh OUT_DIR [tuned|encoder|encoder1|tune|bf16|cpu|cpu4|attention|gpt2|gpu ...]  # default: tuned
 #
 set -u
-out=${1:?usage: bash benchmarks/device_session.sh OUT_DIR [encoder|encoder1|tune|bf16|cpu|cpu4|attention|gpt2|gpu ...]}
+out=${1:?usage: bash benchmarks/device_session.sh OUT_DIR [tuned|encoder|encoder1|tune|bf16|cpu|cpu4|attention|gpt2|gpu ...]}
 shift
-parts=${*:-encoder}
+parts=${*:-tuned}
 here=$(cd "$(dirname "$0")/.." && pwd)
 export PYTHONPATH=$here PYTHONUNBUFFERED=1 TF_CPP_MIN_LOG_LEVEL=2
 mkdir -p "$out"
@@ -46,6 +49,13 @@ for part in $parts; do
     # the project machines' 2 threads, so the ratios compare with benchmarks/NOTES.md
     cpu) timeout 330 python3 -m tx bench --only gpt_baby gpt_6l --threads 2 \
            --json "$out/cpu.json" 2>&1 | tee "$out/cpu.txt" ;;
+    tuned)
+      taskset -c 0,1 timeout 270 python3 "$here/benchmarks/tune_case.py" bert_6l --threads 2 \
+        --candidates default default_4_per_call torch_attention_4_per_call \
+        torch_matmul_4_per_call torch_attention_matmul_4_per_call --rounds 2 --steps 4 2>&1 \
+        | tee "$out/tune_bert_6l.txt"
+      taskset -c 0,1 timeout 300 python3 -m tx bench --only 'bert_6[l]' --tune --rounds 2 \
+        --threads 2 --json "$out/tuned.json" 2>&1 | tee "$out/tuned.txt" ;;
     encoder) taskset -c 0,1 timeout 540 python3 -m tx bench --only 'bert_6[l]' \
                bert_6l_torch_kernels_4_per_call --rounds 2 --threads 2 \
                --json "$out/encoder.json" 2>&1 | tee "$out/encoder.txt" ;;
@@ -76,6 +86,6 @@ for part in $parts; do
         --threads 2 --rounds 2 --steps 3 >"$out/tune_bert.txt" 2>&1 &
       wait
       tail -n 40 "$out"/cpu.txt "$out"/bert.txt "$out"/tune_gpt.txt "$out"/tune_bert.txt ;;
-    *) echo "unknown part $part (encoder, encoder1, tune, bf16, cpu, cpu4, attention, gpt2, gpu)" >&2; exit 2 ;;
+    *) echo "unknown part $part (tuned, encoder, encoder1, tune, bf16, cpu, cpu4, attention, gpt2, gpu)" >&2; exit 2 ;;
   esac
 done

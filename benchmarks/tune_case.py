@@ -10,7 +10,7 @@ import argparse
 import json
 
 from tx.bench.cases import SUITE
-from tx.bench.tx_side import experiment
+from tx.bench.tuned import step_config
 from tx.runs import tune
 
 
@@ -24,10 +24,7 @@ def main() -> None:
   parser.add_argument('--candidates', nargs='+')
   args = parser.parse_args()
   spec = next(c.spec for c in SUITE if c.name == args.case)
-  cfg = experiment(spec)
-  # steps_per_call left to tx unless the case sets it: its per-call variants are timed too
-  cfg = cfg.replace(train=cfg.train.replace(batch_size=spec['batch'],
-                                            steps_per_call=spec.get('steps_per_call')))
+  cfg = step_config(spec)  # steps_per_call left to tune unless the case sets it
   everything = tune.known_candidates()
   candidates = ({n: everything[n] for n in args.candidates} if args.candidates else None)
   entry = tune.tune(cfg, candidates=candidates, steps=args.steps, warmup=args.warmup,

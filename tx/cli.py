@@ -216,6 +216,9 @@ def _bench_parser(sub) -> None:
   b.add_argument('--ablate-attention', action='store_true',
                  help='also train each decoder / encoder case with its attention replaced by '
                       'out = v on both sides: what attention costs in each step')
+  b.add_argument('--tune', action='store_true',
+                 help="tx's side of each training case takes `tx tune`'s choice for its step "
+                      'on this host (cached; measured first where none is)')
   b.add_argument('--rounds', type=int, default=1,
                  help='measure each training / decoding case N times, tx and the peer in '
                       'turn: medians, and the spread of the paired ratios')

@@ -7,7 +7,7 @@ import jax
 import pytest
 
 from tx import cli
-from tx.bench import cases, report, suite, tx_side, worker
+from tx.bench import cases, report, suite, tuned, tx_side, worker
 from tx.timing import calls_per_sample, process_usage, sample_seconds, usage_per_step
 
 
@@ -119,6 +119,7 @@ def test_side_by_side_run_measures_tx_and_the_peer():
     (['bench', '--threads', '0'], '--threads must be >= 1'),
     (['bench', '--rounds', '0'], '--rounds must be >= 1'),
     (['bench', '--peer-compile', '--no-peers'], 'drop --no-peers'),
+    (['bench', '--tune', '--platform', 'gpu'], 'CPU suite only'),
 ])
 def test_bench_user_errors_are_one_line(argv, says, capsys):
   assert cli.main(argv) == 2
@@ -471,3 +472,44 @@ def test_a_case_with_several_steps_per_call_times_one_step():
   assert three['loss'] < one['loss']  # 3 x (warmup + timed + final) updates against 1 x 3
   assert set(cases.gemm_cases([cases.Case('x', spec)])) == {'x'}  # timed part by part ...
   assert set(cases.gemm_cases([cases.Case('x', dict(spec, steps_per_call=3))])) == set()  # ... once
+
+
+def test_bench_tune_trains_tx_with_the_tuned_choice_and_leaves_the_peer_alone(monkeypatch):
+  """--tune: tx's training runs get the tune entry's model and loop settings (where the case
+  leaves them to tx) and its XLA flags; the peer and tx's decoding keep the case's spec, and
+  the report names the choice."""
+  entry = {'choice': 'torch_attention_4_per_call', 'xla_flags': '--xla_x=1',
+           'model_overrides': {'attention_impl': 'torch'},
+           'train_overrides': {'steps_per_call': 4}, 'timings': {
+               'default': 2.0, 'torch_attention_4_per_call': 1.6}}
+  tuned_configs, calls = [], []
+  monkeypatch.setattr(tuned.tune, 'tune', lambda cfg, **kw: tuned_configs.append(cfg) or entry)
+
+  def fake_run(target, spec, *, threads, platform, env=None):
+    calls.append((target.split(':')[1], spec, env))
+    return {'tokens_per_s': 1.0, 'step_time_s': 1.0, 'new_tokens_per_s': 1.0}
+
+  monkeypatch.setattr(suite, 'run_isolated', fake_run)
+  case = cases.QUICK[1]  # gpt_6l at toy sizes: training and decoding
+  got = suite._measure_case(case, peers=True, threads=2, say=lambda m: None, tune=True)
+  by = {name: (spec, env) for name, spec, env in calls}
+  assert by['train'][0] == dict(case.spec, attention_impl='torch', steps_per_call=4)
+  assert by['train'][1] == {'XLA_FLAGS': '--xla_x=1'}
+  for other in ('gpt2_train', 'decode', 'gpt2_generate'):
+    assert 'steps_per_call' not in by[other][0] and by[other][1] is None, other
+  assert tuned_configs[0].train.steps_per_call is None  # left to tune
+  assert tuned_configs[0].train.batch_size == case.spec['batch']
+  assert got['tuned']['choice'] == 'torch_attention_4_per_call'
+  assert report.tuned_lines({'cases': {'gpt_6l': got}}) == [
+      'gpt_6l: torch_attention_4_per_call (--xla_x=1, model.attention_impl=torch, '
+      "train.steps_per_call=4; 1.25x the defaults' step in the tune)"]
+  untuned = suite._measure_case(case, peers=False, threads=2, say=lambda m: None)
+  assert 'tuned' not in untuned and report.tuned_lines({'cases': {'x': untuned}}) == []
+
+
+def test_a_case_that_names_a_setting_keeps_it_under_tune():
+  entry = {'model_overrides': {'attention_impl': 'torch', 'matmul_impl': 'torch'},
+           'train_overrides': {'steps_per_call': 4}}
+  spec = dict(cases.QUICK[1].spec, attention_impl='xla', steps_per_call=2)
+  assert tuned.with_choice(spec, entry) == dict(spec, matmul_impl='torch')
+  assert tuned.step_config(spec).train.steps_per_call == 2

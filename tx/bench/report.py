@@ -322,6 +322,24 @@ def _fmt(x) -> str:
   return f'{x:.3g}' if abs(x) < 10 else f'{x:.1f}'
 
 
+def tuned_lines(doc: dict) -> list[str]:
+  """'case: choice (its settings; x.xx the defaults' step)' for each case measured with
+  `tx bench --tune`."""
+  out = []
+  for name, case in doc['cases'].items():
+    t = case.get('tuned')
+    if not t:
+      continue
+    settings = ([t['xla_flags']] if t.get('xla_flags') else []) + [
+        f'model.{k}={v}' for k, v in (t.get('model_overrides') or {}).items()] + [
+            f'train.{k}={v}' for k, v in (t.get('train_overrides') or {}).items()]
+    timings = t.get('timings') or {}
+    gain = (f'; {timings["default"] / timings[t["choice"]]:.2f}x the defaults\' step in the tune'
+            if timings.get('default') and timings.get(t['choice']) else '')
+    out.append(f'{name}: {t["choice"]} ({", ".join(settings) or "XLA defaults"}{gain})')
+  return out
+
+
 def table(doc: dict) -> str:
   """The human-readable report: machine and host, ceilings, one line per row, then the targets."""
   m, c = doc['machine'], doc['ceiling']
@@ -350,6 +368,10 @@ def table(doc: dict) -> str:
   for name, case in doc['cases'].items():
     if 'error' in case:
       lines.append(f'{name:<22} FAILED: {case["error"]}')
+  tuned = tuned_lines(doc)
+  if tuned:
+    lines += ['', "tx's side trained with `tx tune`'s choice for each step on this host:"] + [
+        f'  {t}' for t in tuned]
   spread = rounds_lines(doc)
   if spread:
     lines += ['', f'Over {doc.get("rounds") or "several"} rounds, tx and the peer in turn (the '

@@ -8,6 +8,7 @@
     tx bench --only gpt_baby --rounds 5     # 5 rounds, tx and the peer in turn: the ratio's spread
     tx bench --platform gpu          # the GPU suite (cases.GPU) on the first CUDA device
     tx bench --peer-compile          # the training peers' forward + loss through torch.compile
+    tx bench --only bert_6l --tune   # tx trains each case with `tx tune`'s choice for its step
 
 Every measurement runs in its own process pinned to `--threads` threads (tx and the peer
 alike), one after the other, so ratios are taken side by side on the same machine state.
@@ -22,6 +23,11 @@ model FLOPs per second (tx/train/flops.py: 6·N·tokens + attention; the peer's 
 formula for the same architecture) by the larger of the two medians.
 The report and the JSON (`machine.host`) name the host: CPU model, ISA flags, caches,
 memory, XLA_FLAGS and versions (tx/bench/host.py).
+
+A case measures tx's defaults unless its spec names a setting. With `--tune`, tx's side of
+every training case takes what `tx tune` chose for that step on this host (tx/bench/tuned.py:
+the cached choice, timed first where none is cached, so a first run costs a tune per case),
+and the report names each choice; the peers are unchanged.
 
 With `--platform gpu` every measurement runs on the first GPU (jax with JAX_PLATFORMS=cuda,
 torch on 'cuda'); the ceilings are 8192^3 products, the CPU-only diagnoses (the step's
@@ -90,25 +96,31 @@ def _rounds(out: dict, key: str, runs: dict[str, list[dict]], metric: str) -> No
 
 def _side_by_side(tx_target: str, peer_target: str | None, spec: dict, *, threads: int,
                   rounds: int, say, label: str, metric: str, platform: str = 'cpu',
-                  peer_extra: dict | None = None) -> dict[str, list[dict]]:
+                  peer_extra: dict | None = None, tx_spec: dict | None = None,
+                  tx_env: dict | None = None) -> dict[str, list[dict]]:
   """`rounds` rounds of tx then the peer (each in its own process): {side: [run per round]};
-  `peer_extra` entries go into the peer's spec only (e.g. torch_compile).
+  `peer_extra` entries go into the peer's spec only (e.g. torch_compile); `tx_spec` (default
+  `spec`) and `tx_env` (environment entries, e.g. XLA_FLAGS) are tx's side's only.
 
   Alternating the two sides round by round puts each pair of measurements side by side in
   time, so a noisy minute on the host moves both of a pair rather than one side's number."""
   runs = {'tx': []} | ({'peer': []} if peer_target else {})
   for i in range(rounds):
     tag = f' (round {i + 1}/{rounds})' if rounds > 1 else ''
-    for side, target, s in (('tx', tx_target, spec),
+    for side, target, s in (('tx', tx_target, tx_spec or spec),
                             ('peer', peer_target, {**spec, **(peer_extra or {})})):
       if target:
-        runs[side].append(run_isolated(target, s, threads=threads, platform=platform))
+        env = {'env': tx_env} if side == 'tx' and tx_env else {}
+        runs[side].append(run_isolated(target, s, threads=threads, platform=platform, **env))
         say(f'{label}: {side} {runs[side][-1][metric]:,.0f} tokens/s{tag}')
   return runs
 
 
 def _measure_case(case, *, peers: bool, threads: int, say, ablate: bool = False,
-                  rounds: int = 1, platform: str = 'cpu', peer_compile: bool = False) -> dict:
+                  rounds: int = 1, platform: str = 'cpu', peer_compile: bool = False,
+                  tune: bool = False) -> dict:
+  """One case's measurements: {'spec', 'note', 'tx_train', 'peer_train', ...}; with `tune`,
+  tx's training runs take `tx tune`'s choice for the step (recorded under 'tuned')."""
   out = {'spec': case.spec, 'note': case.note}
   spec = case.spec
   family = spec['family']
@@ -122,11 +134,18 @@ def _measure_case(case, *, peers: bool, threads: int, say, ablate: bool = False,
     runs = [('', spec)] + ([('_ablated', dict(spec, ablate_attention=True))]
                            if ablate and family in ('decoder', 'encoder') else [])
     peer = f'{PEERS}:{cases_lib.PEER_TRAIN[family]}' if with_peer else None
+    tuned_spec, tx_env = spec, None
+    if tune:
+      from tx.bench import tuned  # pylint: disable=g-import-not-at-top  (jax, flax: the worker's)
+      tuned_spec, out['tuned'] = tuned.choice(spec, threads=threads, say=say)
+      tx_env = {'XLA_FLAGS': out['tuned']['xla_flags']} if out['tuned']['xla_flags'] else None
+      say(f'{case.name}: tx trains with `tx tune`\'s choice {out["tuned"]["choice"]!r}')
     for suffix, s in runs:
       label = f'{case.name}{" without attention" if suffix else ""}'
       measured = _side_by_side(f'{TX}:train', peer, s, threads=threads, rounds=rounds,
                                say=say, label=label, metric='tokens_per_s', platform=platform,
-                               peer_extra={'torch_compile': True} if peer_compile else None)
+                               peer_extra={'torch_compile': True} if peer_compile else None,
+                               tx_spec={**tuned_spec, **s}, tx_env=tx_env)
       _rounds(out, f'train{suffix}', measured, 'tokens_per_s')
   for batch in case.decode_batches:
     peer = f'{PEERS}:{cases_lib.PEER_DECODE[family]}' if with_peer else None
@@ -139,7 +158,7 @@ def _measure_case(case, *, peers: bool, threads: int, say, ablate: bool = False,
 
 def run(cases, *, peers: bool = True, threads: int = 2, say=print, ceiling_n: int = 2048,
         ablate_attention: bool = False, rounds: int = 1, platform: str = 'cpu',
-        peer_compile: bool = False) -> dict:
+        peer_compile: bool = False, tune: bool = False) -> dict:
   """Measures every case; returns the JSON document (machine with its host, ceilings, cases,
   targets, `gemms`: the decoder and encoder training steps' products timed alone by XLA and
   by torch, labelled 'case: product', `step_gemms`: {case: [[product, m, k, n, times per
@@ -152,7 +171,9 @@ def run(cases, *, peers: bool = True, threads: int = 2, say=print, ceiling_n: in
   each side's median run is reported, and every round's tokens/s is kept (`*_rounds`) for
   the spread of the ratio (`report.rounds_lines`). platform 'gpu': every measurement on the
   first GPU, without the products and attention timed alone (CPU diagnoses). peer_compile:
-  the training peers run forward and loss through torch.compile (decoding stays eager)."""
+  the training peers run forward and loss through torch.compile (decoding stays eager).
+  tune: tx's side of each training case trains with `tx tune`'s cached choice for its step
+  (measured first where none is cached; `tuned.choice`), recorded in the case's 'tuned'."""
   start = time.time()
   info = machine(threads, platform)
   say(host.summary(info['host']))
@@ -173,6 +194,7 @@ def run(cases, *, peers: bool = True, threads: int = 2, say=print, ceiling_n: in
     raise
   info['device'] = ceilings[0].pop('device', None)
   info['peer_compile'] = peer_compile
+  info['tuned'] = tune
   gemm_rates = {'tx': ceilings[0].pop('gemms', {})}
   attention = {'tx': ceilings[0].pop('attention', {})}
   say(f'matmul ceiling: {ceilings[0]["float32_flops"] / 1e9:.1f} GFLOP/s float32, '
@@ -182,7 +204,8 @@ def run(cases, *, peers: bool = True, threads: int = 2, say=print, ceiling_n: in
     try:
       results[case.name] = _measure_case(case, peers=peers, threads=threads, say=say,
                                          ablate=ablate_attention, rounds=rounds,
-                                         platform=platform, peer_compile=peer_compile)
+                                         platform=platform, peer_compile=peer_compile,
+                                         tune=tune)
     except BenchError as e:
       say(f'{case.name}: FAILED: {e}')
       results[case.name] = {'spec': case.spec, 'error': str(e)}
@@ -250,10 +273,13 @@ def cli(args) -> int:
     raise UserError(f'--rounds must be >= 1, got {args.rounds}')
   say = (lambda *a, **k: None) if args.quiet else (lambda m: print(m, file=sys.stderr, flush=True))
   gpu = args.platform == 'gpu'
+  if args.tune and gpu:
+    raise UserError('--tune times XLA:CPU settings; it applies to the CPU suite only (drop '
+                    '--platform gpu or --tune)')
   doc = run(chosen, peers=peers, threads=args.threads, say=say,
             ceiling_n=(1024 if args.quick else 8192) if gpu else 512 if args.quick else 2048,
             ablate_attention=args.ablate_attention, rounds=args.rounds, platform=args.platform,
-            peer_compile=args.peer_compile)
+            peer_compile=args.peer_compile, tune=args.tune)
   print(report.table(doc))
   with open(args.json, 'w', encoding='utf-8') as f:
     json.dump(doc, f, indent=1)
