@@ -503,6 +503,12 @@ def test_bench_tune_trains_tx_with_the_tuned_choice_and_leaves_the_peer_alone(mo
   assert report.tuned_lines({'cases': {'gpt_6l': got}}) == [
       'gpt_6l: torch_attention_4_per_call (--xla_x=1, model.attention_impl=torch, '
       "train.steps_per_call=4; 1.25x the defaults' step in the tune)"]
+  calls.clear()  # the ablated run (attention stubbed out) takes the tuned settings too
+  suite._measure_case(case, peers=False, threads=2, say=lambda m: None, tune=True, ablate=True)
+  trained = [spec for name, spec, _ in calls if name == 'train']
+  assert trained == [dict(case.spec, attention_impl='torch', steps_per_call=4),
+                     dict(case.spec, attention_impl='torch', steps_per_call=4,
+                          ablate_attention=True)]
   untuned = suite._measure_case(case, peers=False, threads=2, say=lambda m: None)
   assert 'tuned' not in untuned and report.tuned_lines({'cases': {'x': untuned}}) == []
 

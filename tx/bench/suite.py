@@ -134,10 +134,11 @@ def _measure_case(case, *, peers: bool, threads: int, say, ablate: bool = False,
     runs = [('', spec)] + ([('_ablated', dict(spec, ablate_attention=True))]
                            if ablate and family in ('decoder', 'encoder') else [])
     peer = f'{PEERS}:{cases_lib.PEER_TRAIN[family]}' if with_peer else None
-    tuned_spec, tx_env = spec, None
+    tuned_settings, tx_env = {}, None
     if tune:
       from tx.bench import tuned  # pylint: disable=g-import-not-at-top  (jax, flax: the worker's)
       tuned_spec, out['tuned'] = tuned.choice(spec, threads=threads, say=say)
+      tuned_settings = {k: v for k, v in tuned_spec.items() if spec.get(k) != v}
       tx_env = {'XLA_FLAGS': out['tuned']['xla_flags']} if out['tuned']['xla_flags'] else None
       say(f'{case.name}: tx trains with `tx tune`\'s choice {out["tuned"]["choice"]!r}')
     for suffix, s in runs:
@@ -145,7 +146,7 @@ def _measure_case(case, *, peers: bool, threads: int, say, ablate: bool = False,
       measured = _side_by_side(f'{TX}:train', peer, s, threads=threads, rounds=rounds,
                                say=say, label=label, metric='tokens_per_s', platform=platform,
                                peer_extra={'torch_compile': True} if peer_compile else None,
-                               tx_spec={**tuned_spec, **s}, tx_env=tx_env)
+                               tx_spec={**s, **tuned_settings}, tx_env=tx_env)
       _rounds(out, f'train{suffix}', measured, 'tokens_per_s')
   for batch in case.decode_batches:
     peer = f'{PEERS}:{cases_lib.PEER_DECODE[family]}' if with_peer else None
