@@ -1,7 +1,14 @@
 #!/usr/bin/env bash
 # The measurements to take on a lent GPU machine, in parts (times seen on an H100):
-#   cpu        the decoder cases of the CPU suite on that machine's own CPU (an Intel Xeon
-#              with AMX, the host kind issue 24 asks about), on 2 threads, ~5 min
+#   profile    `tx bench --profile` of bert_6l with tx's defaults and with both of torch's
+#              kernels at 4 steps per call: each side's step in ms by category (GEMMs,
+#              attention, norms, optimizer, the rest), to find where tx loses on that
+#              machine's CPU (an Intel Xeon with AMX, the host kind issue 24 asks about), ~4 min
+#   tuned      `tx tune` on bert_6l (XLA's defaults against torch's attention, alone and with
+#              torch's GEMM, at 4 steps per call; one round), then `tx bench --only 'bert_6[l]'
+#              --tune`: the encoder as a user who ran `tx tune` gets it, against the peer; ~6 min
+#   decoder    gpt_6l in float32 with tx's defaults, one job alone (training and decoding), ~4 min
+#   cpu        the decoder cases of the CPU suite on 2 threads, ~5 min
 #   attention  benchmarks/gpu_attention.py: cuDNN checked against XLA and timed, ~2.5 min
 #   gpt2       the GPU suite's GPT-2 small cases (cuDNN and XLA attention, the peer), ~2.5 min
 #   gpu        the whole GPU suite (`tx bench --platform gpu`), ~6 min
@@ -11,23 +18,22 @@
 #              another (benchmarks/NOTES.md attempt 48: ±20 %): read its paired ratios only
 #   tune       torch's kernels, and 4 steps per call, against XLA's defaults in the bf16 and
 #              the encoder step (benchmarks/tune_case.py, one job at a time, 2 rounds), ~8 min
-#   tuned      `tx tune` on bert_6l (XLA's defaults against torch's kernels at 4 steps per
-#              call, 2 rounds), then `tx bench --only 'bert_6[l]' --tune --rounds 2`: the encoder
-#              as a user who ran `tx tune` gets it, against the peer; ~8 min
-#   encoder    bert_6l with tx's defaults and with both of torch's kernels at 4 steps per call
-#              (benchmarks/NOTES.md attempt 52's prediction: near 1.0x there), 2 rounds, ~7 min
+#   encoder    bert_6l with tx's defaults and with both of torch's kernels at 4 steps per call,
+#              2 rounds, ~7 min
 #   encoder1   every bert_6l case of the CPU suite, one round, ~6 min
 #   bf16       gpt_6l_bf16 with XLA's and with torch's GEMM against the peer in autocast, ~3 min
 # A call runs at most 10 minutes and a session has 15 minutes of device time, machine
-# starts included: one full call, then a short one on the warm machine. The unknown first:
-# `tuned` (attempts 52-53), then `bf16` if a second call fits.
+# starts included (~30 s): one full call, then a short one on the warm machine. The unknown
+# first: `profile decoder` (benchmarks/NOTES.md attempts 54-55), then `tuned` if a second call
+# fits (the tune on that host picks torch's two kernels at 4 steps per call, which attempt 54
+# measured at 0.77x as bert_6l_torch_kernels_4_per_call).
 #
-#   bash benchmarks/device_session.sh OUT_DIR [tuned|encoder|encoder1|tune|bf16|cpu|cpu4|attention|gpt2|gpu ...]  # default: tuned
+#   bash benchmarks/device_session.sh OUT_DIR [profile|tuned|decoder|encoder|encoder1|tune|bf16|cpu|cpu4|attention|gpt2|gpu ...]  # default: profile decoder
 #
 set -u
-out=${1:?usage: bash benchmarks/device_session.sh OUT_DIR [tuned|encoder|encoder1|tune|bf16|cpu|cpu4|attention|gpt2|gpu ...]}
+out=${1:?usage: bash benchmarks/device_session.sh OUT_DIR [profile|tuned|decoder|encoder|encoder1|tune|bf16|cpu|cpu4|attention|gpt2|gpu ...]}
 shift
-parts=${*:-tuned}
+parts=${*:-profile decoder}
 here=$(cd "$(dirname "$0")/.." && pwd)
 export PYTHONPATH=$here PYTHONUNBUFFERED=1 TF_CPP_MIN_LOG_LEVEL=2
 mkdir -p "$out"
@@ -49,13 +55,19 @@ for part in $parts; do
     # the project machines' 2 threads, so the ratios compare with benchmarks/NOTES.md
     cpu) timeout 330 python3 -m tx bench --only gpt_baby gpt_6l --threads 2 \
            --json "$out/cpu.json" 2>&1 | tee "$out/cpu.txt" ;;
+    profile) taskset -c 0,1 timeout 300 python3 -m tx bench --only 'bert_6[l]' \
+               bert_6l_torch_kernels_4_per_call --profile --threads 2 \
+               --json "$out/profile.json" 2>&1 | tee "$out/profile.txt" ;;
     tuned)
-      taskset -c 0,1 timeout 270 python3 "$here/benchmarks/tune_case.py" bert_6l --threads 2 \
-        --candidates default default_4_per_call torch_attention_4_per_call \
-        torch_matmul_4_per_call torch_attention_matmul_4_per_call --rounds 2 --steps 4 2>&1 \
-        | tee "$out/tune_bert_6l.txt"
-      taskset -c 0,1 timeout 300 python3 -m tx bench --only 'bert_6[l]' --tune --rounds 2 \
+      # one round, so that the tune is cached before `--tune` needs it (a tune cut short by
+      # its timeout caches nothing, and `--tune` would then time all 12 candidates)
+      taskset -c 0,1 timeout 150 python3 "$here/benchmarks/tune_case.py" bert_6l --threads 2 \
+        --candidates default torch_attention_4_per_call torch_attention_matmul_4_per_call \
+        --rounds 1 --steps 4 2>&1 | tee "$out/tune_bert_6l.txt"
+      taskset -c 0,1 timeout 200 python3 -m tx bench --only 'bert_6[l]' --tune \
         --threads 2 --json "$out/tuned.json" 2>&1 | tee "$out/tuned.txt" ;;
+    decoder) taskset -c 0,1 timeout 300 python3 -m tx bench --only 'gpt_6[l]' --threads 2 \
+               --json "$out/decoder.json" 2>&1 | tee "$out/decoder.txt" ;;
     encoder) taskset -c 0,1 timeout 540 python3 -m tx bench --only 'bert_6[l]' \
                bert_6l_torch_kernels_4_per_call --rounds 2 --threads 2 \
                --json "$out/encoder.json" 2>&1 | tee "$out/encoder.txt" ;;
@@ -86,6 +98,6 @@ for part in $parts; do
         --threads 2 --rounds 2 --steps 3 >"$out/tune_bert.txt" 2>&1 &
       wait
       tail -n 40 "$out"/cpu.txt "$out"/bert.txt "$out"/tune_gpt.txt "$out"/tune_bert.txt ;;
-    *) echo "unknown part $part (tuned, encoder, encoder1, tune, bf16, cpu, cpu4, attention, gpt2, gpu)" >&2; exit 2 ;;
+    *) echo "unknown part $part (profile, tuned, decoder, encoder, encoder1, tune, bf16, cpu, cpu4, attention, gpt2, gpu)" >&2; exit 2 ;;
   esac
 done

@@ -222,6 +222,10 @@ def _bench_parser(sub) -> None:
   b.add_argument('--rounds', type=int, default=1,
                  help='measure each training / decoding case N times, tx and the peer in '
                       'turn: medians, and the spread of the paired ratios')
+  b.add_argument('--profile', action='store_true',
+                 help="instead of the measurements: each training case's step profiled, tx's "
+                      "and the peer's, in ms per step by category (GEMMs, attention, norms, "
+                      'optimizer, the rest) with the costliest ops')
 
 
 def _plan_parser(sub) -> None:

@@ -9,6 +9,7 @@
     tx bench --platform gpu          # the GPU suite (cases.GPU) on the first CUDA device
     tx bench --peer-compile          # the training peers' forward + loss through torch.compile
     tx bench --only bert_6l --tune   # tx trains each case with `tx tune`'s choice for its step
+    tx bench --only bert_6l --profile   # where each side's step spends its time, by category
 
 Every measurement runs in its own process pinned to `--threads` threads (tx and the peer
 alike), one after the other, so ratios are taken side by side on the same machine state.
@@ -116,6 +117,52 @@ def _side_by_side(tx_target: str, peer_target: str | None, spec: dict, *, thread
   return runs
 
 
+def _tuned(case, threads: int, say) -> tuple[dict, dict | None, dict]:
+  """(the spec entries, the environment (XLA_FLAGS) and the summary of `tx tune`'s choice
+  for a case's training step on this host (`tuned.choice`))."""
+  from tx.bench import tuned  # pylint: disable=g-import-not-at-top  (jax, flax: the worker's)
+  tuned_spec, summary = tuned.choice(case.spec, threads=threads, say=say)
+  settings = {k: v for k, v in tuned_spec.items() if case.spec.get(k) != v}
+  say(f'{case.name}: tx trains with `tx tune`\'s choice {summary["choice"]!r}')
+  return settings, ({'XLA_FLAGS': summary['xla_flags']} if summary['xla_flags'] else None), summary
+
+
+def profiles(cases, *, peers: bool = True, threads: int = 2, say=print, tune: bool = False,
+             calls: int = 2) -> dict:
+  """`tx bench --profile`: each training case's step profiled by category, tx's side and the
+  peer's, each in a measurement process of its own (tx/bench/profile.py); with `tune`, tx's
+  side takes `tx tune`'s choice. Returns {'machine', 'cases': {name: {'tx', 'peer',
+  'tuned'} or {'error'}}} for `profile.table`."""
+  info = machine(threads)
+  say(host.summary(info['host']))
+  results = {}
+  for case in cases:
+    if 'train' not in case.kinds:
+      continue
+    spec = dict(case.spec, profile_calls=calls)
+    try:
+      out, env, settings = {}, {}, {}
+      if tune:
+        settings, tx_env, out['tuned'] = _tuned(case, threads, say)
+        env = {'env': tx_env} if tx_env else {}
+      out['tx'] = run_isolated('tx.bench.profile:tx_step', {**spec, **settings},
+                               threads=threads, **env)
+      say(f'{case.name}: tx profiled, {out["tx"]["unprofiled_step_s"]:.2f} s a step')
+      if peers and case.peer:
+        out['peer'] = run_isolated('tx.bench.profile:peer_step',
+                                   dict(spec, steps_per_call=settings.get(
+                                       'steps_per_call', spec.get('steps_per_call'))),
+                                   threads=threads)
+        say(f'{case.name}: peer profiled, {out["peer"]["unprofiled_step_s"]:.2f} s a step')
+    except BenchError as e:
+      say(f'{case.name}: FAILED: {e}')
+      out = {'error': str(e)}
+    results[case.name] = out
+  if not results:
+    raise UserError('--profile profiles training steps; --only selects no training case')
+  return {'machine': info, 'cases': results}
+
+
 def _measure_case(case, *, peers: bool, threads: int, say, ablate: bool = False,
                   rounds: int = 1, platform: str = 'cpu', peer_compile: bool = False,
                   tune: bool = False) -> dict:
@@ -136,11 +183,7 @@ def _measure_case(case, *, peers: bool, threads: int, say, ablate: bool = False,
     peer = f'{PEERS}:{cases_lib.PEER_TRAIN[family]}' if with_peer else None
     tuned_settings, tx_env = {}, None
     if tune:
-      from tx.bench import tuned  # pylint: disable=g-import-not-at-top  (jax, flax: the worker's)
-      tuned_spec, out['tuned'] = tuned.choice(spec, threads=threads, say=say)
-      tuned_settings = {k: v for k, v in tuned_spec.items() if spec.get(k) != v}
-      tx_env = {'XLA_FLAGS': out['tuned']['xla_flags']} if out['tuned']['xla_flags'] else None
-      say(f'{case.name}: tx trains with `tx tune`\'s choice {out["tuned"]["choice"]!r}')
+      tuned_settings, tx_env, out['tuned'] = _tuned(case, threads, say)
     for suffix, s in runs:
       label = f'{case.name}{" without attention" if suffix else ""}'
       measured = _side_by_side(f'{TX}:train', peer, s, threads=threads, rounds=rounds,
@@ -277,6 +320,17 @@ def cli(args) -> int:
   if args.tune and gpu:
     raise UserError('--tune times XLA:CPU settings; it applies to the CPU suite only (drop '
                     '--platform gpu or --tune)')
+  if args.profile:
+    if gpu or args.rounds > 1 or args.ablate_attention or args.peer_compile:
+      raise UserError('--profile profiles one CPU step per side: drop --platform gpu, --rounds, '
+                      '--ablate-attention and --peer-compile')
+    from tx.bench import profile  # pylint: disable=g-import-not-at-top
+    doc = profiles(chosen, peers=peers, threads=args.threads, say=say, tune=args.tune)
+    print(profile.table(doc))
+    with open(args.json, 'w', encoding='utf-8') as f:
+      json.dump(doc, f, indent=1)
+    print(f'wrote {args.json}')
+    return 0
   doc = run(chosen, peers=peers, threads=args.threads, say=say,
             ceiling_n=(1024 if args.quick else 8192) if gpu else 512 if args.quick else 2048,
             ablate_attention=args.ablate_attention, rounds=args.rounds, platform=args.platform,

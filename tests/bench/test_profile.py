@@ -1,0 +1,102 @@
+"""`tx bench --profile`: each side's step profiled by category, on toy cases."""
+
+import json
+
+import pytest
+
+from tx import cli
+from tx.bench import cases, profile, suite
+
+BERT = next(c for c in cases.QUICK if c.name == 'bert_mini')
+
+
+def _tx_profile(**settings):
+  return profile.tx_step(dict(BERT.spec, threads=2, profile_calls=1, **settings))
+
+
+@pytest.fixture(scope='module')
+def xla_profile():
+  return _tx_profile()
+
+
+def test_tx_profile_sorts_the_steps_thunks_into_categories(xla_profile):
+  got = xla_profile
+  assert set(got['per_category_ms']) == set(profile.CATEGORIES)
+  for kind in ('dense GEMM', 'attention', 'optimizer'):
+    assert got['per_category_ms'][kind] > 0, (kind, got['per_category_ms'])
+    assert got['top'][kind], kind
+  # XLA's attention: its batched products and softmax, under the attention layer, not its
+  # projections
+  details = [detail for _, _, detail in got['top']['attention']]
+  assert all('self_attention' in d and '_proj/' not in d for d in details), details
+  assert got['unprofiled_step_s'] > 0 and got['step_s'] > 0 and got['system_s'] >= 0
+  # some op running is no more than the profiled step's time, and no less than any category
+  step_ms = got['step_s'] * 1e3
+  assert max(got['per_category_ms'].values()) <= got['all_ops_ms'] <= step_ms * 1.01
+  assert got['busy_ms'] and all(b > 0 for b in got['busy_ms'])
+  json.dumps(got)
+
+
+def test_torchs_kernels_in_the_step_land_in_their_categories(xla_profile):
+  pytest.importorskip('torch')
+  got = _tx_profile(attention_impl='torch', matmul_impl='torch', steps_per_call=2)
+  ops = {kind: [op for op, _, _ in got['top'].get(kind, [])] for kind in profile.CATEGORIES}
+  assert ops['attention'] and all(o.startswith('buffer_callback') for o in ops['attention'])
+  assert ops['dense GEMM'] and all(o.startswith('buffer_callback') for o in ops['dense GEMM'])
+  assert got['per_category_ms']['optimizer'] > 0  # inside the loop over the call's steps
+  assert not any(o.startswith('buffer_callback') for o, _, _ in xla_profile['top']['dense GEMM'])
+
+
+def test_a_custom_call_is_sorted_by_the_layer_that_makes_it():
+  line = ('  %buffer_callback.1 = f32[8,4]{1,0} custom-call(%a, %b), custom_call_target='
+          '"xla_buffer_python_cpu_callback", metadata={op_name="jit(step)/jvp(M)/encoder/'
+          'LAYER/buffer_callback"}')
+  hlo = 'ENTRY %main (a: f32[8,4]) -> f32[8,4] {\n' + line.replace('LAYER', 'layer_0/ffn/wi')
+  hlo += '\n}\n'
+  assert profile.hlo_categories(hlo)['buffer_callback.1'][0] == 'dense GEMM'
+  hlo = hlo.replace('layer_0/ffn/wi', 'layer_0/self_attention')
+  assert profile.hlo_categories(hlo)['buffer_callback.1'][0] == 'attention'
+  hlo = hlo.replace('self_attention', 'self_attention/self_attention._proj')
+  assert profile.hlo_categories(hlo)['buffer_callback.1'][0] == 'dense GEMM'
+
+
+@pytest.mark.parametrize('key, parents, kind', [
+    ('aten::mm', ['autograd::engine::evaluate_function: MmBackward0'], 'dense GEMM'),
+    ('aten::addmm', [], 'dense GEMM'),
+    ('aten::_scaled_dot_product_flash_attention_for_cpu_backward', [], 'attention'),
+    ('aten::native_layer_norm_backward', [], 'norm'),
+    ('aten::mul_', ['Optimizer.step#AdamW.step'], 'optimizer'),
+    ('aten::linalg_vector_norm', [], 'optimizer'),  # clip_grad_norm_
+    ('aten::_log_softmax_backward_data', [], 'other'),  # the loss, not attention
+    ('aten::gelu', [], 'other'),
+])
+def test_the_peers_ops_are_sorted_by_name_and_by_what_they_run_inside(key, parents, kind):
+  assert profile.peer_category(key, parents) == kind
+
+
+def test_bench_profile_runs_each_side_in_its_process_and_prints_a_table(capsys, tmp_path):
+  pytest.importorskip('torch')
+  pytest.importorskip('transformers')
+  out = tmp_path / 'p.json'
+  assert cli.main(['bench', '--quick', '--only', 'bert_mini', '--profile', '--quiet',
+                   '--json', str(out)]) == 0
+  text = capsys.readouterr().out
+  assert 'bert_mini: ms per step' in text and 'aten::' in text and 'dense GEMM' in text
+  doc = json.loads(out.read_text())
+  got = doc['cases']['bert_mini']
+  assert got['tx']['per_category_ms']['dense GEMM'] > 0
+  assert got['peer']['per_category_ms']['dense GEMM'] > 0
+  assert doc['machine']['host']
+
+
+@pytest.mark.parametrize('argv', [
+    ['--platform', 'gpu'], ['--rounds', '2'], ['--ablate-attention'], ['--peer-compile']])
+def test_bench_profile_refuses_what_it_does_not_do_in_one_line(argv, capsys):
+  assert cli.main(['bench', '--quick', '--profile', *argv]) == 2
+  err = capsys.readouterr().err.strip().splitlines()
+  assert len(err) == 1 and '--profile' in err[0]
+
+
+def test_bench_profile_of_no_training_case_is_a_user_error():
+  with pytest.raises(Exception, match='no training case'):
+    suite.profiles([c for c in cases.QUICK if c.kinds == ('compile',)], say=lambda m: None)

@@ -1,0 +1,251 @@
+"""`tx bench --profile`: where a training case's step spends its time, in tx and in the
+PyTorch peer, side by side: milliseconds per step in the dense GEMMs, attention, the norms,
+the optimizer and the rest, the step timed with and without the profiler, its system time,
+and each category's costliest ops. It answers "which part of the step makes one side slower
+on this host" (issue 24: what makes XLA lose on the Intel host).
+
+tx (`tx_step`): `jax.profiler.trace` around `profile_calls` compiled calls, after warm ones.
+Each thunk of the trace is matched with its instruction in the optimized HLO and sorted by
+what it computes and where `op_name` puts it: a dot with batch dimensions, or anything else
+under a self- or cross-attention layer but its projections, is attention; a dot otherwise, or
+torch's GEMM callback (tx/ops/torch_matmul.py), a dense GEMM; ops under a `*_norm` layer
+the norms; ops outside the model's forward and backward the optimizer (and clipping).
+A category's time is the wall time during which any of its thunks ran (the union over
+XLA's threads): categories can overlap, so the column need not add up to the step.
+Peer (`peer_step`): `torch.profiler` around the same number of steps; a category is the self
+CPU time of its aten ops (run one after another on the main thread; everything inside
+`Optimizer.step`, and the gradient clipping's vector norms, is the optimizer's).
+Both run in `tx bench`'s measurement processes (threads, glibc malloc settings).
+"""
+
+from __future__ import annotations
+
+import collections
+import glob
+import gzip
+import json
+import re
+import tempfile
+import time
+from unittest import mock
+
+from tx.bench import cases as cases_lib
+from tx.bench import host
+from tx.timing import process_usage, usage_per_step
+
+CATEGORIES = ('dense GEMM', 'attention', 'norm', 'optimizer', 'other')
+_INSTRUCTION = re.compile(r'^\s*(?:ROOT )?%([\w.\-]+) = .*? ([\w\-]+)\(')
+_CALLS = re.compile(r'calls=%([\w.\-]+)')
+_OP_NAME = re.compile(r'op_name="([^"]*)"')
+_COMPUTATION = re.compile(r'^(?:ENTRY )?%([\w.\-]+) ')
+_CONTROL = ('while', 'call', 'conditional')  # thunks that contain others
+
+
+def _computations(hlo: str) -> dict[str, list[str]]:
+  """name -> the instruction lines of each computation of an HLO module's text."""
+  out, current = {}, None
+  for line in hlo.splitlines():
+    head = _COMPUTATION.match(line)
+    if head and line.rstrip().endswith('{'):
+      current = out.setdefault(head.group(1), [])
+    elif current is not None and line.strip() != '}':
+      current.append(line)
+  return out
+
+
+def hlo_categories(hlo: str) -> dict[str, tuple[str, str]]:
+  """Each instruction of an optimized HLO module's text -> (category, op_name): one of
+  CATEGORIES, or 'control' for while / call / conditional."""
+  bodies = _computations(hlo)
+  out = {}
+  for lines in bodies.values():
+    for line in lines:
+      m = _INSTRUCTION.match(line)
+      if not m:
+        continue
+      name, opcode = m.groups()
+      if opcode in _CONTROL:
+        out[name] = ('control', '')
+        continue
+      called = _CALLS.search(line)
+      body = line
+      if opcode == 'fusion' and called:
+        body = '\n'.join(bodies.get(called.group(1), [])) + '\n' + line
+      op_name = (_OP_NAME.search(line) or [None, ''])[1]
+      out[name] = (_category(opcode, body, op_name), op_name)
+  return out
+
+
+def _category(opcode: str, body: str, op_name: str) -> str:
+  attention = ('self_attention' in op_name or 'cross_attention' in op_name) and not re.search(
+      r'_proj/|/out/', op_name)
+  if opcode == 'custom-call' and 'python_cpu_callback' in body:
+    return 'attention' if attention else 'dense GEMM'  # torch's kernels (tx/ops/torch_*.py)
+  if attention and (' dot(' not in body or 'lhs_batch_dims' in body):
+    return 'attention'
+  if ' dot(' in body:
+    return 'dense GEMM'
+  if '_norm/' in op_name:
+    return 'norm'
+  if (op_name.startswith('jit(') and 'jvp(' not in op_name and '/' in op_name
+      and not op_name.endswith(('/while', '/closed_call'))):
+    return 'optimizer'
+  return 'other'
+
+
+def _union_ms(intervals: list[tuple[float, float]]) -> float:
+  """Total length of the union of [start, end) intervals in microseconds, in ms."""
+  total, end = 0.0, float('-inf')
+  for a, b in sorted(intervals):
+    if b > end:
+      total += b - max(a, end)
+      end = b
+  return total / 1e3
+
+
+def _top(per_op: collections.Counter, describe, n: int) -> dict[str, list]:
+  """category -> its n costliest ops, [[name, ms per step, detail]]; describe(name) gives
+  (category, detail)."""
+  out = collections.defaultdict(list)
+  for name, ms in per_op.most_common():
+    kind, detail = describe(name)
+    if len(out[kind]) < n:
+      out[kind].append([name, ms, detail])
+  return dict(out)
+
+
+def tx_step(spec: dict) -> dict:
+  """tx's training step of a bench case, profiled: {'step_s' (profiled), 'unprofiled_step_s',
+  'system_s' (per step, unprofiled), 'per_category_ms' {category: ms per step}, 'all_ops_ms'
+  (some op running), 'busy_ms' (per XLA thread, descending), 'top' {category: [[op, ms,
+  op_name]]}}. spec: a case's, with 'profile_calls' (default 2) and 'profile_top' (4)."""
+  import jax  # pylint: disable=g-import-not-at-top  (the worker's; the parent stays light)
+  from tx.bench import tx_side  # pylint: disable=g-import-not-at-top
+  compiled, state, batch, cfg, _, _ = tx_side.compiled_train_step(spec)
+  categories = hlo_categories(compiled.as_text())
+  calls = spec.get('profile_calls', 2)
+  steps = calls * cfg.train.per_call
+
+  def run() -> float:
+    nonlocal state
+    start = time.perf_counter()
+    for _ in range(calls):
+      state, metrics = compiled(state, batch)
+      jax.block_until_ready(metrics)
+    return (time.perf_counter() - start) / steps
+
+  run()
+  before = process_usage()
+  unprofiled_s = run()
+  system_s = usage_per_step(before, process_usage(), steps)['system_s_per_step']
+  with tempfile.TemporaryDirectory() as folder:
+    with jax.profiler.trace(folder):
+      step_s = run()
+    path = sorted(glob.glob(f'{folder}/**/*.trace.json.gz', recursive=True))[-1]
+    with gzip.open(path) as f:
+      events = json.load(f)['traceEvents']
+  spans, busy, per_op = collections.defaultdict(list), collections.Counter(), collections.Counter()
+  for e in events:
+    kind = categories.get(e.get('name'), ('', ''))[0] if e.get('ph') == 'X' else ''
+    if kind in ('', 'control'):
+      continue
+    spans[kind].append((e['ts'], e['ts'] + e['dur']))
+    busy[e['tid']] += e['dur'] / 1e3 / steps
+    per_op[e['name']] += e['dur'] / 1e3 / steps
+  return {'step_s': step_s, 'unprofiled_step_s': unprofiled_s, 'system_s': system_s,
+          'per_category_ms': {k: _union_ms(spans[k]) / steps for k in CATEGORIES},
+          'all_ops_ms': _union_ms([s for k in CATEGORIES for s in spans[k]]) / steps,
+          'busy_ms': sorted(busy.values(), reverse=True),
+          'top': _top(per_op, lambda n: categories[n], spec.get('profile_top', 4))}
+
+
+def _ancestors(event) -> list[str]:
+  names, parent = [], event.cpu_parent
+  while parent is not None:
+    names.append(parent.name)
+    parent = parent.cpu_parent
+  return names
+
+
+def peer_category(key: str, ancestors: list[str]) -> str:  # pylint: disable=too-many-return-statements
+  """An aten op's category (CATEGORIES), given the names of the ops it runs inside."""
+  if any(a.startswith('Optimizer.step') for a in [key, *ancestors]) or 'foreach' in key or (
+      'norm' in key and 'layer_norm' not in key):
+    return 'optimizer'  # AdamW's step; clip_grad_norm_'s vector norms
+  if key in ('aten::mm', 'aten::addmm'):
+    return 'dense GEMM'
+  if any(s in key for s in ('scaled_dot_product', 'flash', 'bmm', 'aten::_softmax')):
+    return 'attention'
+  if 'layer_norm' in key:
+    return 'norm'
+  return 'other'
+
+
+def peer_step(spec: dict) -> dict:
+  """The PyTorch peer's training step of a bench case, profiled: {'step_s',
+  'unprofiled_step_s', 'system_s', 'per_category_ms', 'top'} as `tx_step`, over
+  spec['profile_calls'] * steps_per_call steps (as many as tx's profile)."""
+  import torch  # pylint: disable=g-import-not-at-top  (the interop extra)
+  from tx.bench import torch_peers  # pylint: disable=g-import-not-at-top
+  steps = spec.get('profile_calls', 2) * (spec.get('steps_per_call') or 1)
+  out = {}
+
+  def profiled(unused_spec, unused_model, step, unused_tokens):
+    step()
+    before, start = process_usage(), time.perf_counter()
+    for _ in range(steps):
+      step()
+    out['unprofiled_step_s'] = (time.perf_counter() - start) / steps
+    out['system_s'] = usage_per_step(before, process_usage(), steps)['system_s_per_step']
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+      start = time.perf_counter()
+      for _ in range(steps):
+        step()
+      out['step_s'] = (time.perf_counter() - start) / steps
+    per_category, per_op, kinds = collections.Counter(), collections.Counter(), {}
+    for event in prof.events():
+      ms = event.self_cpu_time_total / 1e3 / steps
+      kind = kinds[event.name] = peer_category(event.name, _ancestors(event))
+      per_category[kind] += ms
+      per_op[event.name] += ms
+    out['per_category_ms'] = {k: per_category[k] for k in CATEGORIES}
+    out['top'] = _top(per_op, lambda n: (kinds[n], ''), spec.get('profile_top', 4))
+    return {}
+
+  with mock.patch.object(torch_peers, '_train', profiled), mock.patch.object(
+      torch_peers, '_attn', lambda *unused: {}):
+    getattr(torch_peers, cases_lib.PEER_TRAIN[spec['family']])(spec)
+  return out
+
+
+def table(doc: dict) -> str:
+  """The report of `tx bench --profile`: per case, ms per step by category for tx and the
+  peer, then each category's costliest ops."""
+  lines = [host.summary(doc['machine']['host']),
+           f'threads {doc["machine"]["threads"]}; GLIBC_TUNABLES '
+           f'{doc["machine"].get("glibc_tunables") or "(unset)"}']
+  for name, case in doc['cases'].items():
+    if 'error' in case:
+      lines += ['', f'{name}: FAILED: {case["error"]}']
+      continue
+    tx, peer = case['tx'], case.get('peer')
+    tuned = case.get('tuned')
+    lines += ['', f'{name}: ms per step' + (f" (tx with `tx tune`'s {tuned['choice']!r})"
+                                             if tuned else ''),
+              f'{"":18} {"tx":>9} {"peer":>9}']
+    rows = [('step, profiled', 'step_s', 1e3), ('step, unprofiled', 'unprofiled_step_s', 1e3),
+            ('system time', 'system_s', 1e3)]
+    rows = [(label, tx[key] * k, peer[key] * k if peer else None) for label, key, k in rows]
+    rows += [(k, tx['per_category_ms'][k], peer['per_category_ms'][k] if peer else None)
+             for k in CATEGORIES]
+    for label, a, b in rows:
+      lines.append(f'{label:18} {a:9.1f} ' + (f'{b:9.1f}' if b is not None else f'{"-":>9}'))
+    lines.append(f'tx: some op running {tx["all_ops_ms"]:.1f} ms of the step; busy ms per XLA '
+                 'thread ' + ', '.join(f'{b:.1f}' for b in tx['busy_ms'][:4]))
+    for side, result in (('tx', tx), ('peer', peer)):
+      if result:
+        lines.append(f'{side}: the costliest ops of each category (ms per step, all threads)')
+        for kind in CATEGORIES:
+          for op, ms, detail in result['top'].get(kind, []):
+            lines.append(f'  {ms:8.2f}  {kind:11} {op}  {detail[-80:]}'.rstrip())
+  return '\n'.join(lines)
