@@ -519,3 +519,16 @@ def test_a_case_that_names_a_setting_keeps_it_under_tune():
   spec = dict(cases.QUICK[1].spec, attention_impl='xla', steps_per_call=2)
   assert tuned.with_choice(spec, entry) == dict(spec, matmul_impl='torch')
   assert tuned.step_config(spec).train.steps_per_call == 2
+
+
+def test_a_tune_that_fails_fails_its_case_and_the_run_goes_on(monkeypatch):
+  from tx.config.base import ConfigError  # pylint: disable=g-import-not-at-top
+
+  def failing_tune(cfg, **unused):
+    raise ConfigError('tx tune: every candidate failed: {...}')
+
+  monkeypatch.setattr(tuned.tune, 'tune', failing_tune)
+  monkeypatch.setattr(suite, 'run_isolated', lambda target, spec, **kw: {
+      'float32_flops': 1e9, 'bfloat16_flops': 1e9, 'tokens_per_s': 1.0, 'step_time_s': 1.0})
+  doc = suite.run([cases.QUICK[1]], peers=False, say=lambda m: None, tune=True)
+  assert 'every candidate failed' in doc['cases']['gpt_6l']['error']

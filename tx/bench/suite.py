@@ -121,7 +121,11 @@ def _tuned(case, threads: int, say) -> tuple[dict, dict | None, dict]:
   """(the spec entries, the environment (XLA_FLAGS) and the summary of `tx tune`'s choice
   for a case's training step on this host (`tuned.choice`))."""
   from tx.bench import tuned  # pylint: disable=g-import-not-at-top  (jax, flax: the worker's)
-  tuned_spec, summary = tuned.choice(case.spec, threads=threads, say=say)
+  from tx.config.base import ConfigError  # pylint: disable=g-import-not-at-top
+  try:
+    tuned_spec, summary = tuned.choice(case.spec, threads=threads, say=say)
+  except ConfigError as e:  # every candidate failed: this case fails, the run goes on
+    raise BenchError(str(e)) from None
   settings = {k: v for k, v in tuned_spec.items() if case.spec.get(k) != v}
   say(f'{case.name}: tx trains with `tx tune`\'s choice {summary["choice"]!r}')
   return settings, ({'XLA_FLAGS': summary['xla_flags']} if summary['xla_flags'] else None), summary
