@@ -29,7 +29,8 @@ def test_tx_profile_sorts_the_steps_thunks_into_categories(xla_profile):
   # projections
   details = [detail for _, _, detail in got['top']['attention']]
   assert all('self_attention' in d and '_proj/' not in d for d in details), details
-  assert got['unprofiled_step_s'] > 0 and got['step_s'] > 0 and got['system_s'] >= 0
+  assert got['unprofiled_step_s'] > 0 and got['step_s'] > 0
+  assert got['system_s'] >= 0 and got['faults'] >= 0
   # some op running is no more than the profiled step's time, and no less than any category
   step_ms = got['step_s'] * 1e3
   assert max(got['per_category_ms'].values()) <= got['all_ops_ms'] <= step_ms * 1.01

@@ -1,7 +1,7 @@
 """`tx bench --profile`: where a training case's step spends its time, in tx and in the
 PyTorch peer, side by side: milliseconds per step in the dense GEMMs, attention, the norms,
-the optimizer and the rest, the step timed with and without the profiler, its system time,
-and each category's costliest ops. It answers "which part of the step makes one side slower
+the optimizer and the rest, the step timed with and without the profiler, its system time
+and page faults, and each category's costliest ops. It answers "which part of the step makes one side slower
 on this host" (issue 24: what makes XLA lose on the Intel host).
 
 tx (`tx_step`): `jax.profiler.trace` around `profile_calls` compiled calls, after warm ones.
@@ -116,7 +116,7 @@ def _top(per_op: collections.Counter, describe, n: int) -> dict[str, list]:
 
 def tx_step(spec: dict) -> dict:
   """tx's training step of a bench case, profiled: {'step_s' (profiled), 'unprofiled_step_s',
-  'system_s' (per step, unprofiled), 'per_category_ms' {category: ms per step}, 'all_ops_ms'
+  'system_s' and 'faults' (minor page faults; per step, unprofiled), 'per_category_ms' {category: ms per step}, 'all_ops_ms'
   (some op running), 'busy_ms' (per XLA thread, descending), 'top' {category: [[op, ms,
   op_name]]}}. spec: a case's, with 'profile_calls' (default 2) and 'profile_top' (4)."""
   import jax  # pylint: disable=g-import-not-at-top  (the worker's; the parent stays light)
@@ -137,7 +137,7 @@ def tx_step(spec: dict) -> dict:
   run()
   before = process_usage()
   unprofiled_s = run()
-  system_s = usage_per_step(before, process_usage(), steps)['system_s_per_step']
+  usage = usage_per_step(before, process_usage(), steps)
   with tempfile.TemporaryDirectory() as folder:
     with jax.profiler.trace(folder):
       step_s = run()
@@ -152,7 +152,8 @@ def tx_step(spec: dict) -> dict:
     spans[kind].append((e['ts'], e['ts'] + e['dur']))
     busy[e['tid']] += e['dur'] / 1e3 / steps
     per_op[e['name']] += e['dur'] / 1e3 / steps
-  return {'step_s': step_s, 'unprofiled_step_s': unprofiled_s, 'system_s': system_s,
+  return {'step_s': step_s, 'unprofiled_step_s': unprofiled_s,
+          'system_s': usage['system_s_per_step'], 'faults': usage['minor_faults_per_step'],
           'per_category_ms': {k: _union_ms(spans[k]) / steps for k in CATEGORIES},
           'all_ops_ms': _union_ms([s for k in CATEGORIES for s in spans[k]]) / steps,
           'busy_ms': sorted(busy.values(), reverse=True),
@@ -183,7 +184,7 @@ def peer_category(key: str, ancestors: list[str]) -> str:  # pylint: disable=too
 
 def peer_step(spec: dict) -> dict:
   """The PyTorch peer's training step of a bench case, profiled: {'step_s',
-  'unprofiled_step_s', 'system_s', 'per_category_ms', 'top'} as `tx_step`, over
+  'unprofiled_step_s', 'system_s', 'faults', 'per_category_ms', 'top'} as `tx_step`, over
   spec['profile_calls'] * steps_per_call steps (as many as tx's profile)."""
   import torch  # pylint: disable=g-import-not-at-top  (the interop extra)
   from tx.bench import torch_peers  # pylint: disable=g-import-not-at-top
@@ -196,7 +197,8 @@ def peer_step(spec: dict) -> dict:
     for _ in range(steps):
       step()
     out['unprofiled_step_s'] = (time.perf_counter() - start) / steps
-    out['system_s'] = usage_per_step(before, process_usage(), steps)['system_s_per_step']
+    usage = usage_per_step(before, process_usage(), steps)
+    out['system_s'], out['faults'] = usage['system_s_per_step'], usage['minor_faults_per_step']
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
       start = time.perf_counter()
       for _ in range(steps):
@@ -234,7 +236,7 @@ def table(doc: dict) -> str:
                                              if tuned else ''),
               f'{"":18} {"tx":>9} {"peer":>9}']
     rows = [('step, profiled', 'step_s', 1e3), ('step, unprofiled', 'unprofiled_step_s', 1e3),
-            ('system time', 'system_s', 1e3)]
+            ('system time', 'system_s', 1e3), ('page faults', 'faults', 1)]
     rows = [(label, tx[key] * k, peer[key] * k if peer else None) for label, key, k in rows]
     rows += [(k, tx['per_category_ms'][k], peer['per_category_ms'][k] if peer else None)
              for k in CATEGORIES]
