@@ -1,8 +1,8 @@
 """`tx bench --profile`: where a training case's step spends its time, in tx and in the
 PyTorch peer, side by side: milliseconds per step in the dense GEMMs, attention, the norms,
 the optimizer and the rest, the step timed with and without the profiler, its system time
-and page faults, and each category's costliest ops. It answers "which part of the step makes one side slower
-on this host" (issue 24: what makes XLA lose on the Intel host).
+and page faults, and each category's costliest ops. It answers "which part of the step makes
+one side slower on this host" (issue 24: what makes XLA lose on the Intel host).
 
 tx (`tx_step`): `jax.profiler.trace` around `profile_calls` compiled calls, after warm ones.
 Each thunk of the trace is matched with its instruction in the optimized HLO and sorted by
