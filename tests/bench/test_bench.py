@@ -107,6 +107,10 @@ def test_side_by_side_run_measures_tx_and_the_peer():
                                                                               'bfloat16'))
   assert doc['step_attention']['gpt_6l'] == list(cases.step_attention(spec))
   assert by['gpt_6l', 'train system s/step']['tx'] >= 0
+  # MFU against a matmul timed inside tx's own training process, beside the run's ceilings
+  own = got['tx_train']['own_ceiling_flops']
+  assert own > 0 and by['gpt_6l', 'train MFU (own ceiling)']['tx'] == pytest.approx(
+      got['tx_train']['model_flops_per_s'] / own)
   if peers:
     assert got['peer_decode_b1']['generated_tokens'] == spec['new']
     assert by['gpt_6l', 'train tokens/s']['ratio'] > 0

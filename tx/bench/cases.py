@@ -199,7 +199,7 @@ def attention_cases(cases) -> dict:
   return _timed_alone(cases, step_attention)
 
 
-_TINY = dict(steps=2, warmup=1)
+_TINY = dict(steps=2, warmup=1, ceiling_n=256)
 QUICK = (
     Case('gpt_baby', _gpt(2, 2, 32, 16, 4, **_TINY)),
     Case('gpt_6l', _gpt(2, 2, 32, 16, 4, prompt_len=4, new=8, repeats=2, **_TINY),

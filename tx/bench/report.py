@@ -89,6 +89,9 @@ def rows(doc: dict) -> list[dict]:
       # MFU: the ratio is the value itself (tx), the peer's MFU is shown beside it.
       add(name, 'train MFU', _mfu(txt, spec, ceiling), peer and _mfu(
           dict(peer, flops_per_step=txt['flops_per_step']), spec, ceiling), ratio=None)
+      if txt.get('own_ceiling_flops'):  # against a matmul timed in tx's own process
+        add(name, 'train MFU (own ceiling)', txt['flops_per_step'] / txt['step_time_s']
+            / txt['own_ceiling_flops'], ratio=None)
       if peak:
         add(name, 'train MFU (datasheet)', _mfu(txt, spec, peak), peer and _mfu(
             dict(peer, flops_per_step=txt['flops_per_step']), spec, peak), ratio=None)

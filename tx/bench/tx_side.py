@@ -220,7 +220,8 @@ def train(spec: dict) -> dict:
 
   tokens/s counts the tokens the loss is taken on per step (decoder: batch x ctx; seq2seq:
   batch x tgt_len) except MLM, which counts every input token (batch x ctx) as the peer does.
-  The process's CPU time and page faults per timed step come with it (tx.timing).
+  The process's CPU time and page faults per timed step come with it (tx.timing), and on
+  the CPU `own_ceiling_flops`: a matmul in the step's dtype timed right after the steps.
   """
   _check_platform(spec)
   with _attention(spec):
@@ -238,6 +239,7 @@ def train(spec: dict) -> dict:
   times = [t / per_call for t in _timed(one, spec['steps'])]
   usage = usage_per_step(before, process_usage(), spec['steps'] * per_call)
   metrics = jax.tree.map(lambda x: x[-1] if per_call > 1 else x, jax.device_get(one()))
+  own_ceiling = _own_ceiling(spec)
   median = statistics.median(times)
   tokens = spec['batch'] * (spec['tgt_len'] if task.name == 'seq2seq' else spec['ctx'])
   length = spec['src_len'] if task.name == 'seq2seq' else spec['ctx']
@@ -249,7 +251,18 @@ def train(spec: dict) -> dict:
               flops_per_step=flops, model_flops_per_s=flops / median,
               params=float(sum(x.size for x in jax.tree_util.tree_leaves(params))),
               loss=float(metrics['loss_sum'] / max(float(metrics['weight_sum']), 1.0)),
-              **_memory(compiled), **_device_peak(), **usage)
+              **own_ceiling, **_memory(compiled), **_device_peak(), **usage)
+
+
+def _own_ceiling(spec: dict) -> dict:
+  """On the CPU: {'own_ceiling_flops'}, the median FLOP/s of a matmul in the step's dtype
+  timed in this process right after its steps, so that an MFU against it does not depend on
+  how the host's speed moved between the run's processes (the project's hosts move by a
+  third between processes minutes apart: benchmarks/NOTES.md, attempt 52). Empty elsewhere."""
+  if jax.default_backend() != 'cpu':
+    return {}
+  rates = matmul_rates(spec.get('dtype', 'float32'), spec.get('ceiling_n', 2048), 5)
+  return {'own_ceiling_flops': statistics.median(rates)}
 
 
 def compile_time(spec: dict) -> dict:
