@@ -34,6 +34,8 @@ def test_tx_profile_sorts_the_steps_thunks_into_categories(xla_profile):
   # some op running is no more than the profiled step's time, and no less than any category
   step_ms = got['step_s'] * 1e3
   assert max(got['per_category_ms'].values()) <= got['all_ops_ms'] <= step_ms * 1.01
+  assert got['all_ops_ms'] > 0.2 * step_ms  # the trace's thunks are found in the HLO
+  assert all(isinstance(name, str) and ms >= 0 for name, ms in got['unmatched'])
   assert got['busy_ms'] and all(b > 0 for b in got['busy_ms'])
   json.dumps(got)
 

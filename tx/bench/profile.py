@@ -79,7 +79,7 @@ def hlo_categories(hlo: str) -> dict[str, tuple[str, str]]:
 def _category(opcode: str, body: str, op_name: str) -> str:
   attention = ('self_attention' in op_name or 'cross_attention' in op_name) and not re.search(
       r'_proj/|/out/', op_name)
-  if opcode == 'custom-call' and 'python_cpu_callback' in body:
+  if opcode == 'custom-call' and 'callback' in body:
     return 'attention' if attention else 'dense GEMM'  # torch's kernels (tx/ops/torch_*.py)
   if attention and (' dot(' not in body or 'lhs_batch_dims' in body):
     return 'attention'
@@ -118,7 +118,8 @@ def tx_step(spec: dict) -> dict:
   """tx's training step of a bench case, profiled: {'step_s' (profiled), 'unprofiled_step_s',
   'system_s' and 'faults' (minor page faults; per step, unprofiled), 'per_category_ms' {category: ms per step}, 'all_ops_ms'
   (some op running), 'busy_ms' (per XLA thread, descending), 'top' {category: [[op, ms,
-  op_name]]}}. spec: a case's, with 'profile_calls' (default 2) and 'profile_top' (4)."""
+  op_name]]}, 'unmatched' (the 5 longest trace spans named like no instruction: the runtime's
+  own, e.g. the executor's wait, or thunks this jax names otherwise)}. spec: a case's, with 'profile_calls' (default 2) and 'profile_top' (4)."""
   import jax  # pylint: disable=g-import-not-at-top  (the worker's; the parent stays light)
   from tx.bench import tx_side  # pylint: disable=g-import-not-at-top
   compiled, state, batch, cfg, _, _ = tx_side.compiled_train_step(spec)
@@ -145,8 +146,13 @@ def tx_step(spec: dict) -> dict:
     with gzip.open(path) as f:
       events = json.load(f)['traceEvents']
   spans, busy, per_op = collections.defaultdict(list), collections.Counter(), collections.Counter()
+  unmatched = collections.Counter()
   for e in events:
-    kind = categories.get(e.get('name'), ('', ''))[0] if e.get('ph') == 'X' else ''
+    if e.get('ph') != 'X':
+      continue
+    kind = categories.get(e.get('name'), ('', ''))[0]
+    if not kind:  # the runtime's own spans, and any thunk this jax names unlike its HLO
+      unmatched[e.get('name')] += e.get('dur', 0) / 1e3 / steps
     if kind in ('', 'control'):
       continue
     spans[kind].append((e['ts'], e['ts'] + e['dur']))
@@ -157,7 +163,8 @@ def tx_step(spec: dict) -> dict:
           'per_category_ms': {k: _union_ms(spans[k]) / steps for k in CATEGORIES},
           'all_ops_ms': _union_ms([s for k in CATEGORIES for s in spans[k]]) / steps,
           'busy_ms': sorted(busy.values(), reverse=True),
-          'top': _top(per_op, lambda n: categories[n], spec.get('profile_top', 4))}
+          'top': _top(per_op, lambda n: categories[n], spec.get('profile_top', 4)),
+          'unmatched': unmatched.most_common(5)}
 
 
 def _ancestors(event) -> list[str]:
@@ -244,6 +251,8 @@ def table(doc: dict) -> str:
       lines.append(f'{label:18} {a:9.1f} ' + (f'{b:9.1f}' if b is not None else f'{"-":>9}'))
     lines.append(f'tx: some op running {tx["all_ops_ms"]:.1f} ms of the step; busy ms per XLA '
                  'thread ' + ', '.join(f'{b:.1f}' for b in tx['busy_ms'][:4]))
+    lines.append('tx: trace spans matched to no HLO instruction (ms per step): ' + ', '.join(
+        f'{n} {ms:.1f}' for n, ms in tx.get('unmatched', [])))
     for side, result in (('tx', tx), ('peer', peer)):
       if result:
         lines.append(f'{side}: the costliest ops of each category (ms per step, all threads)')

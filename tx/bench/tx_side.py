@@ -221,7 +221,8 @@ def train(spec: dict) -> dict:
   tokens/s counts the tokens the loss is taken on per step (decoder: batch x ctx; seq2seq:
   batch x tgt_len) except MLM, which counts every input token (batch x ctx) as the peer does.
   The process's CPU time and page faults per timed step come with it (tx.timing), and on
-  the CPU `own_ceiling_flops`: a matmul in the step's dtype timed right after the steps.
+  the CPU `own_ceiling_flops`: a matmul in the step's dtype timed in this process right
+  before and right after the timed steps (the larger of the two medians).
   """
   _check_platform(spec)
   with _attention(spec):
@@ -235,11 +236,12 @@ def train(spec: dict) -> dict:
   per_call = cfg.train.per_call  # spec['steps'] calls of that many steps each
   first = _timed(one, 1)[0] / per_call
   _timed(one, max(spec['warmup'] - 1, 0))
+  ceiling_before = _own_ceiling(spec)
   before = process_usage()
   times = [t / per_call for t in _timed(one, spec['steps'])]
   usage = usage_per_step(before, process_usage(), spec['steps'] * per_call)
   metrics = jax.tree.map(lambda x: x[-1] if per_call > 1 else x, jax.device_get(one()))
-  own_ceiling = _own_ceiling(spec)
+  own_ceiling = {k: max(v, ceiling_before[k]) for k, v in _own_ceiling(spec).items()}
   median = statistics.median(times)
   tokens = spec['batch'] * (spec['tgt_len'] if task.name == 'seq2seq' else spec['ctx'])
   length = spec['src_len'] if task.name == 'seq2seq' else spec['ctx']
@@ -255,10 +257,10 @@ def train(spec: dict) -> dict:
 
 
 def _own_ceiling(spec: dict) -> dict:
-  """On the CPU: {'own_ceiling_flops'}, the median FLOP/s of a matmul in the step's dtype
-  timed in this process right after its steps, so that an MFU against it does not depend on
-  how the host's speed moved between the run's processes (the project's hosts move by a
-  third between processes minutes apart: benchmarks/NOTES.md, attempt 52). Empty elsewhere."""
+  """On the CPU: {'own_ceiling_flops'}, the median FLOP/s of 5 timed n^3 matmuls in the
+  step's dtype, in this process, so that an MFU against it does not depend on how the host's
+  speed moved between the run's processes (the project's hosts move by a third between
+  processes minutes apart: benchmarks/NOTES.md, attempt 52). Empty elsewhere."""
   if jax.default_backend() != 'cpu':
     return {}
   rates = matmul_rates(spec.get('dtype', 'float32'), spec.get('ceiling_n', 2048), 5)
