@@ -249,8 +249,9 @@ def table(doc: dict) -> str:
              for k in CATEGORIES]
     for label, a, b in rows:
       lines.append(f'{label:18} {a:9.1f} ' + (f'{b:9.1f}' if b is not None else f'{"-":>9}'))
-    lines.append(f'tx: some op running {tx["all_ops_ms"]:.1f} ms of the step; busy ms per XLA '
-                 'thread ' + ', '.join(f'{b:.1f}' for b in tx['busy_ms'][:4]))
+    lines.append(f'tx: some op running {tx["all_ops_ms"]:.1f} ms of the step; '
+                 f'{len(tx["busy_ms"])} threads ran its ops, busy ms each '
+                 + ', '.join(f'{b:.1f}' for b in tx['busy_ms'][:4]))
     lines.append('tx: trace spans matched to no HLO instruction (ms per step): ' + ', '.join(
         f'{n} {ms:.1f}' for n, ms in tx.get('unmatched', [])))
     for side, result in (('tx', tx), ('peer', peer)):
