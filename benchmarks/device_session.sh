@@ -55,7 +55,7 @@ for part in $parts; do
     # the project machines' 2 threads, so the ratios compare with benchmarks/NOTES.md
     cpu) timeout 330 python3 -m tx bench --only gpt_baby gpt_6l --threads 2 \
            --json "$out/cpu.json" 2>&1 | tee "$out/cpu.txt" ;;
-    profile) taskset -c 0,1 timeout 300 python3 -m tx bench --only 'bert_6[l]' \
+    profile) taskset -c 0,1 timeout 240 python3 -m tx bench --only 'bert_6[l]' \
                bert_6l_torch_kernels_4_per_call --profile --threads 2 \
                --json "$out/profile.json" 2>&1 | tee "$out/profile.txt" ;;
     tuned)
@@ -66,7 +66,7 @@ for part in $parts; do
         --rounds 1 --steps 4 2>&1 | tee "$out/tune_bert_6l.txt"
       taskset -c 0,1 timeout 200 python3 -m tx bench --only 'bert_6[l]' --tune \
         --threads 2 --json "$out/tuned.json" 2>&1 | tee "$out/tuned.txt" ;;
-    decoder) taskset -c 0,1 timeout 300 python3 -m tx bench --only 'gpt_6[l]' --threads 2 \
+    decoder) taskset -c 0,1 timeout 330 python3 -m tx bench --only 'gpt_6[l]' --threads 2 \
                --json "$out/decoder.json" 2>&1 | tee "$out/decoder.txt" ;;
     encoder) taskset -c 0,1 timeout 540 python3 -m tx bench --only 'bert_6[l]' \
                bert_6l_torch_kernels_4_per_call --rounds 2 --threads 2 \
