@@ -151,13 +151,13 @@ def profiles(cases, *, peers: bool = True, threads: int = 2, say=print, tune: bo
         env = {'env': tx_env} if tx_env else {}
       out['tx'] = run_isolated('tx.bench.profile:tx_step', {**spec, **settings},
                                threads=threads, **env)
-      say(f'{case.name}: tx profiled, {out["tx"]["unprofiled_step_s"]:.2f} s a step')
+      say(f'{case.name}: tx profiled, {_categories(out["tx"])}')
       if peers and case.peer:
         out['peer'] = run_isolated('tx.bench.profile:peer_step',
                                    dict(spec, steps_per_call=settings.get(
                                        'steps_per_call', spec.get('steps_per_call'))),
                                    threads=threads)
-        say(f'{case.name}: peer profiled, {out["peer"]["unprofiled_step_s"]:.2f} s a step')
+        say(f'{case.name}: peer profiled, {_categories(out["peer"])}')
     except BenchError as e:
       say(f'{case.name}: FAILED: {e}')
       out = {'error': str(e)}
@@ -165,6 +165,12 @@ def profiles(cases, *, peers: bool = True, threads: int = 2, say=print, tune: bo
   if not results:
     raise UserError('--profile profiles training steps; --only selects no training case')
   return {'machine': info, 'cases': results}
+
+
+def _categories(profiled: dict) -> str:
+  """One progress line of a profile: the step and each category, ms."""
+  return f'{profiled["unprofiled_step_s"] * 1e3:.0f} ms a step; ' + ', '.join(
+      f'{k} {ms:.0f}' for k, ms in profiled['per_category_ms'].items())
 
 
 def _measure_case(case, *, peers: bool, threads: int, say, ablate: bool = False,
