@@ -5,7 +5,7 @@ import json
 import pytest
 
 from tx import cli
-from tx.bench import cases, profile, suite
+from tx.bench import cases, profile, suite, tuned
 
 BERT = next(c for c in cases.QUICK if c.name == 'bert_mini')
 
@@ -103,3 +103,27 @@ def test_bench_profile_refuses_what_it_does_not_do_in_one_line(argv, capsys):
 def test_bench_profile_of_no_training_case_is_a_user_error():
   with pytest.raises(Exception, match='no training case'):
     suite.profiles([c for c in cases.QUICK if c.kinds == ('compile',)], say=lambda m: None)
+
+
+def test_bench_profile_with_tune_profiles_tx_with_the_choice_and_the_peer_as_many_steps(
+    monkeypatch):
+  entry = {'choice': 'torch_attention_4_per_call', 'xla_flags': '--xla_x=1',
+           'model_overrides': {'attention_impl': 'torch'},
+           'train_overrides': {'steps_per_call': 4}, 'timings': {}}
+  monkeypatch.setattr(tuned.tune, 'tune', lambda cfg, **kw: entry)
+  calls = []
+
+  def fake_run(target, spec, *, threads, env=None, platform='cpu'):
+    del threads, platform
+    calls.append((target.split(':')[1], spec, env))
+    return {'unprofiled_step_s': 1.0, 'per_category_ms': dict.fromkeys(profile.CATEGORIES, 1.0)}
+
+  monkeypatch.setattr(suite, 'run_isolated', fake_run)
+  doc = suite.profiles([BERT], say=lambda m: None, tune=True)
+  by = {name: (spec, env) for name, spec, env in calls}
+  assert by['tx_step'][0] == dict(BERT.spec, profile_calls=2, attention_impl='torch',
+                                  steps_per_call=4)
+  assert by['tx_step'][1] == {'XLA_FLAGS': '--xla_x=1'}
+  assert by['peer_step'][0]['steps_per_call'] == 4 and by['peer_step'][1] is None
+  assert 'attention_impl' not in by['peer_step'][0]
+  assert doc['cases']['bert_mini']['tuned']['choice'] == 'torch_attention_4_per_call'
