@@ -2,7 +2,8 @@
 
 One child process with 8 simulated CPU devices compiles a tiny decoder (2 layers, d 64, 4 heads,
 d_ff 128, vocab 512, batch 16 x 32) for data=8, fsdp=8 and data=2 x fsdp=4; one `tx plan` subprocess compiles
-fsdp=4 x tensor=2 and checks the table, --json and the verdict (four compiles in all). Every dimension is a multiple of 8, so every
+fsdp=4 x tensor=2 and checks the table, --json and the verdict (five compiles in all, one of them
+4 steps per call). Every dimension is a multiple of 8, so every
 parameter has an axis the fsdp rule ('embed' -> fsdp) splits: params and AdamW moments divide
 by 8 exactly; the only replicated optimizer leaves are scalars (AdamW's step count), whose
 bytes we bound by 64. Errors are checked in-process: no XLA compile (shapes are traced only).
@@ -39,6 +40,9 @@ for name, mesh in meshes.items():
   memory = planning.parse_bytes('1TB') if name == 'fsdp8' else None
   p = planning.plan(cfg, mesh, memory)
   out[name] = dict(p.to_json(), table=format_plan(p))
+# The call of 4 steps that `tx train` compiles with train.steps_per_call=4
+per_call = planning.plan(cfg.replace(train=cfg.train.replace(steps_per_call=4)), {'data': 8})
+out['data8_4_per_call'] = dict(per_call.to_json(), table=format_plan(per_call))
 # Per-leaf shard bytes without compiling: tensor=2 next to the same fsdp without it.
 for name, mesh in (('leaves_data2_fsdp4', {'data': 2, 'fsdp': 4}),
                    ('leaves_fsdp4_tensor2', {'fsdp': 4, 'tensor': 2})):
@@ -106,6 +110,15 @@ def test_flops_and_fits(plans):
   assert fsdp['flops_compiled_per_device'] > 0 and fsdp['compile_s'] > 0
   assert fsdp['fits'] is True and fsdp['headroom_bytes'] == 1024 ** 4 - fsdp['total_bytes']
   assert 'yes' in fsdp['table'] and plans['data8']['fits'] is None
+
+
+def test_steps_per_call_plans_the_call_tx_train_compiles(plans):
+  one, four = plans['data8'], plans['data8_4_per_call']
+  assert one['steps_per_call'] == 1 and four['steps_per_call'] == 4
+  assert four['batch_bytes'] == 4 * one['batch_bytes']  # the call's 4 batches
+  assert four['param_bytes'] == one['param_bytes'] and four['temp_bytes'] > 0
+  assert four['flops_model'] == one['flops_model']  # per step
+  assert '4 steps per call' in four['table'] and 'per call' not in one['table']
 
 
 def test_cli_table_json_and_verdict(tt, tmp_path, plans):

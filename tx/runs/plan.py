@@ -5,7 +5,8 @@ step, compiled ahead of time on abstract inputs (the engine behind `tx plan`).
 
 The step is the one `tx train` compiles for that config: the same model (model.dtype,
 model.param_dtype, scan_layers, remat), optimizer state (optim.*), gradient accumulation,
-state shardings (mesh.rules) and batch sharding; only the inputs are `jax.ShapeDtypeStruct`s,
+steps per call (train.steps_per_call: the call's K batches and temporaries), state shardings
+(mesh.rules) and batch sharding; only the inputs are `jax.ShapeDtypeStruct`s,
 so nothing is allocated and no data is read (batch shapes come from `tx.data.shapes`).
 It needs `data x fsdp x tensor` devices; on a laptop they are simulated CPU devices
 (`tx plan` sets that up; see `tx.runs.plan_cli`).
@@ -42,7 +43,7 @@ from tx.models.build import build_model, count_params
 from tx.tasks import make_task
 from tx.train.flops import flops_per_step
 from tx.train.memory import step_bytes
-from tx.train.mesh import AXES, batch_sharding, logical_rules, make_mesh
+from tx.train.mesh import AXES, batch_sharding, logical_rules, make_mesh, stacked_sharding
 from tx.train.optimizer import run_optimizer
 from tx.train.state import state_shardings
 from tx.train.step import configured_train_step
@@ -60,7 +61,9 @@ class Plan:
   (all devices together, 6N per token + attention, no remat recompute; `tx.train.flops`).
   flops_compiled_per_device is XLA's cost analysis of one device's program (None where the
   backend gives none): it counts remat recompute, but the body of a loop only once, so with
-  scan_layers (or grad_accum_steps > 1) it is a fraction of the real count.
+  scan_layers (or grad_accum_steps > 1) it is a fraction of the real count; with
+  steps_per_call K > 1 it is one step's, and the batch and temporaries are those of the
+  call of K steps that `tx train` compiles.
   """
   experiment: str
   mesh: dict[str, int]
@@ -85,6 +88,7 @@ class Plan:
   flops_compiled_per_device: float | None
   compile_s: float
   device_memory: int | None = None
+  steps_per_call: int = 1  # train.steps_per_call: batch and temporaries are the call's
 
   @property
   def fits(self) -> bool | None:
@@ -240,9 +244,12 @@ def plan(cfg: ExperimentConfig, mesh_sizes: dict[str, int] | None = None,
   with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
     abstract, shardings = state_shardings(model, optimizer, cfg.model, mesh, rules,
                                           cfg.train.seed)
+    per_call = cfg.train.per_call  # K steps in one call take K batches, [K, B, ...]
     train_step = configured_train_step(cfg, model, task, optimizer, shardings,
-                                       batch_sharding(mesh))
-    batch = {k: jax.ShapeDtypeStruct(shape, dtype, sharding=batch_sharding(mesh))
+                                       batch_sharding(mesh), steps_per_call=per_call)
+    sharding = stacked_sharding(batch_sharding(mesh)) if per_call > 1 else batch_sharding(mesh)
+    stack = (per_call,) if per_call > 1 else ()
+    batch = {k: jax.ShapeDtypeStruct(stack + tuple(shape), dtype, sharding=sharding)
              for k, (shape, dtype) in spec.items()}
     t0 = time.perf_counter()
     compiled = train_step.lower(abstract, batch).compile()
@@ -265,4 +272,4 @@ def plan(cfg: ExperimentConfig, mesh_sizes: dict[str, int] | None = None,
       argument_bytes=arg, output_bytes=out, alias_bytes=alias, temp_bytes=temp, code_bytes=code,
       total_bytes=step_bytes(mem), flops_model=flops,
       flops_compiled_per_device=_cost_flops(compiled), compile_s=compile_s,
-      device_memory=device_memory)
+      device_memory=device_memory, steps_per_call=per_call)

@@ -103,7 +103,9 @@ def format_plan(p: planning.Plan) -> str:
       f'{p.experiment}: {p.devices} simulated {p.platform} device(s), mesh {mesh}',
       f'  parameters          {p.num_params:,} ({_count(p.num_params)})',
       f'  batch               {p.batch_size} x {length} tokens per step, '
-      f'{p.batch_size // shards} rows per data shard, grad accum {p.grad_accum_steps}',
+      f'{p.batch_size // shards} rows per data shard, grad accum {p.grad_accum_steps}'
+      + (f", {p.steps_per_call} steps per call (batch and temporaries: the call's)"
+         if p.steps_per_call > 1 else ''),
       '  per device:',
       f'    parameters        {_size(p.param_bytes)}',
       f'    optimizer state   {_size(p.optimizer_bytes)}',
