@@ -13,6 +13,9 @@
     tx convert --hf DIR --workdir OUT [--experiment NAME] [--set key=value ...]
     tx bench [--only PATTERN ...] [--quick] [--no-peers] [--threads N] [--json FILE]
              [--ablate-attention] [--rounds N] [--platform cpu|gpu] [--peer-compile]
+             [--tune] [--profile]
+    tx tune EXPERIMENT [--set ...] [--candidates NAME ...] [--rounds N] [--force]
+    tx profile EXPERIMENT [--set ...] [--calls N] [--top N] [--no-tune] [--json FILE]
     tx plan EXPERIMENT --mesh data=D,fsdp=F,tensor=T [--set ...] [--device-memory 80GB] [--json FILE]
     tx mup-check EXPERIMENT [--widths 64,128,256,512] [--steps 10] [--set ...] [--out DIR]
 
@@ -199,6 +202,21 @@ def _bench_parser(sub) -> None:
                  help='how much faster than the defaults a setting must be to be chosen')
   u.add_argument('--force', action='store_true', help='measure again even if cached')
 
+  r = sub.add_parser('profile', help="where an experiment's training step spends its time on "
+                                     'this host: ms per step by category, costliest ops')
+  r.add_argument('experiment', help='registered experiment or a resolved config.json')
+  _add_experiments_flag(r)
+  r.add_argument('--set', nargs='+', action='extend', default=[], metavar='KEY=VALUE',
+                 help='dotted overrides, as for tx train')
+  r.add_argument('--calls', type=int, default=5, help='profiled compiled calls (after as many '
+                                                      'timed without the profiler)')
+  r.add_argument('--top', type=int, default=4, help='costliest ops listed per category')
+  r.add_argument('--threads', type=int, default=None,
+                 help='CPU threads of the measurement (default: the CPUs this process may use)')
+  r.add_argument('--no-tune', action='store_true',
+                 help="ignore `tx tune`'s cached choice for this step (also: TX_TUNE=0)")
+  r.add_argument('--json', default=None, metavar='FILE', help='also write the profile here')
+
   b = sub.add_parser('bench', help='throughput, MFU, compile time and memory vs PyTorch peers')
   b.add_argument('--only', nargs='+', action='extend', default=None, metavar='PATTERN',
                  help='only cases whose name contains a pattern (or matches a glob)')
@@ -384,6 +402,11 @@ def cmd_tune(args) -> int:
   return cli(args, resolve_experiment)
 
 
+def cmd_profile(args) -> int:
+  from tx.runs.profile_cli import cli  # pylint: disable=g-import-not-at-top
+  return cli(args, resolve_experiment)
+
+
 def cmd_bench(args) -> int:
   from tx.bench.suite import cli  # pylint: disable=g-import-not-at-top
   return cli(args)
@@ -427,7 +450,7 @@ def main(argv=None) -> int:
   commands = {'list': cmd_list, 'train': cmd_train, 'eval': cmd_eval, 'generate': cmd_generate,
               'sweep': cmd_sweep, 'compare': cmd_compare, 'convert': cmd_convert,
               'average': cmd_average, 'decode-search': cmd_decode_search, 'bench': cmd_bench,
-              'tune': cmd_tune, 'plan': cmd_plan, 'mup-check': cmd_mup_check}
+              'tune': cmd_tune, 'profile': cmd_profile, 'plan': cmd_plan, 'mup-check': cmd_mup_check}
   from tx.train.preemption import Preempted  # pylint: disable=g-import-not-at-top
   try:
     if args.command == 'plan' and distributed.process_id_without_connecting(args) != 0:

@@ -1,6 +1,7 @@
 """`tx bench --profile`: each side's step profiled by category, on toy cases."""
 
 import json
+import os
 
 import pytest
 
@@ -127,3 +128,58 @@ def test_bench_profile_with_tune_profiles_tx_with_the_choice_and_the_peer_as_man
   assert by['peer_step'][0]['steps_per_call'] == 4 and by['peer_step'][1] is None
   assert 'attention_impl' not in by['peer_step'][0]
   assert doc['cases']['bert_mini']['tuned']['choice'] == 'torch_attention_4_per_call'
+
+
+TINY = ['model.d_model=32', 'model.num_heads=2', 'model.d_ff=64', 'model.num_layers=1',
+        'model.max_len=16', 'data.seq_len=16', 'train.batch_size=4']
+
+
+def test_tx_profile_profiles_an_experiments_step_with_its_tuned_choice(
+    capsys, tmp_path, monkeypatch):
+  """`tx profile`: the experiment's own step (overrides included) in a process of its own,
+  with `tx tune`'s cached model and loop settings unless --no-tune."""
+  from tx.bench import host as host_lib  # pylint: disable=g-import-not-at-top
+  from tx import registry  # pylint: disable=g-import-not-at-top
+  from tx.config.base import parse_overrides  # pylint: disable=g-import-not-at-top
+  from tx.runs import tune  # pylint: disable=g-import-not-at-top
+  monkeypatch.setenv('TX_CACHE_DIR', str(tmp_path))
+  cfg = registry.get('demo', parse_overrides(TINY))
+  path = tune.entry_path(cfg, host_lib.probe(dict(os.environ)), dict(os.environ))
+  path.parent.mkdir(parents=True, exist_ok=True)
+  path.write_text(json.dumps({'choice': 'onednn_2_per_call', 'timings': {},
+                              'xla_flags': '--xla_cpu_use_onednn=true',
+                              'train_overrides': {'steps_per_call': 2}}))
+  seen, flags = [], []
+  real = suite.run_isolated
+
+  def spy(target, spec, **kw):
+    seen.append(spec)
+    flags.append(kw['env']['XLA_FLAGS'])
+    return real(target, spec, **kw)
+
+  monkeypatch.setattr('tx.bench.worker.run_isolated', spy)
+  out = tmp_path / 'p.json'
+  assert cli.main(['profile', 'demo', '--set', *TINY, '--calls', '1', '--json', str(out)]) == 0
+  captured = capsys.readouterr()
+  assert 'demo: ms per step' in captured.out and 'dense GEMM' in captured.out
+  assert 'train.steps_per_call=2, chosen by `tx tune`' in captured.err
+  got = json.loads(out.read_text())['cases']['demo']['tx']
+  assert got['per_category_ms']['dense GEMM'] > 0 and got['per_category_ms']['attention'] > 0
+  assert seen[-1]['config']['train']['steps_per_call'] == 2
+  assert seen[-1]['config']['model']['d_model'] == 32
+  assert '--xla_cpu_use_onednn=true' in flags[-1]  # the worker's XLA, not this process's
+  assert cli.main(['profile', 'demo', '--set', *TINY, '--calls', '1', '--no-tune']) == 0
+  assert seen[-1]['config']['train']['steps_per_call'] is None  # the defaults: 1 a call
+  assert '--xla_cpu_use_onednn=true' not in flags[-1]
+
+
+@pytest.mark.parametrize('argv, says', [
+    (['profile', 'demo', '--calls', '0'], '--calls and --top must be >= 1'),
+    (['profile', 'demo', '--threads', '0'], '--threads must be >= 1'),
+    (['profile', 'demo', '--json', '/nonexistent/dir/p.json'], 'directory does not exist'),
+    (['profile', 'nosuch'], 'nosuch'),
+])
+def test_tx_profile_errors_are_one_line(argv, says, capsys):
+  assert cli.main(argv) == 2
+  err = capsys.readouterr().err.strip().splitlines()
+  assert len(err) == 1 and says in err[0]

@@ -39,6 +39,7 @@ _CALLS = re.compile(r'calls=%([\w.\-]+)')
 _OP_NAME = re.compile(r'op_name="([^"]*)"')
 _COMPUTATION = re.compile(r'^(?:ENTRY )?%([\w.\-]+) ')
 _CONTROL = ('while', 'call', 'conditional')  # thunks that contain others
+_NAME = re.compile(r'^[\w\-]+\.?[\w.\-]*$')  # an instruction's name: no spaces, '::' or '$'
 
 
 def _computations(hlo: str) -> dict[str, list[str]]:
@@ -116,16 +117,34 @@ def _top(per_op: collections.Counter, describe, n: int) -> dict[str, list]:
 
 def tx_step(spec: dict) -> dict:
   """tx's training step of a bench case, profiled: {'step_s' (profiled), 'unprofiled_step_s',
-  'system_s' and 'faults' (minor page faults; per step, unprofiled), 'per_category_ms' {category: ms per step}, 'all_ops_ms'
-  (some op running), 'busy_ms' (per XLA thread, descending), 'top' {category: [[op, ms,
-  op_name]]}, 'unmatched' (the 5 longest trace spans named like no instruction: the runtime's
-  own, e.g. the executor's wait, or thunks this jax names otherwise)}. spec: a case's, with 'profile_calls' (default 2) and 'profile_top' (4)."""
-  import jax  # pylint: disable=g-import-not-at-top  (the worker's; the parent stays light)
-  from tx.bench import tx_side  # pylint: disable=g-import-not-at-top
+  'system_s' and 'faults' (minor page faults; per step, unprofiled), 'per_category_ms'
+  {category: ms per step}, 'all_ops_ms' (some op running), 'busy_ms' (per thread that ran
+  the step's ops, descending), 'top' {category: [[op, ms, op_name]]}, 'unmatched' (the 5
+  longest trace spans named like an instruction but found in none: thunks this jax names
+  otherwise than its HLO, or the runtime's own)}. spec: a case's, with 'profile_calls' (default
+  2) and 'profile_top' (4)."""
+  from tx.bench import tx_side  # pylint: disable=g-import-not-at-top  (jax: the worker's)
   compiled, state, batch, cfg, _, _ = tx_side.compiled_train_step(spec)
+  return profile_compiled(compiled, state, batch, cfg.train.per_call,
+                          spec.get('profile_calls', 2), spec.get('profile_top', 4))
+
+
+def experiment_step(spec: dict) -> dict:
+  """`tx profile`'s worker: the training step of spec['config'] (an experiment's config as
+  a dict; `tx.runs.tune.compiled_step`, synthetic batches) profiled as `tx_step`."""
+  from tx.runs import tune  # pylint: disable=g-import-not-at-top  (jax: the worker's)
+  compiled, state, batch, cfg, _ = tune.compiled_step(spec)
+  return profile_compiled(compiled, state, batch, cfg.train.per_call,
+                          spec.get('profile_calls', 2), spec.get('profile_top', 4))
+
+
+def profile_compiled(compiled, state, batch, per_call: int, calls: int, top: int) -> dict:
+  """A compiled training call (`compiled(state, batch) -> (state, metrics)`, per_call steps
+  each) run once, timed over `calls` calls, then profiled over `calls` more: the dict
+  `tx_step` describes."""
+  import jax  # pylint: disable=g-import-not-at-top  (the worker's; the parent stays light)
   categories = hlo_categories(compiled.as_text())
-  calls = spec.get('profile_calls', 2)
-  steps = calls * cfg.train.per_call
+  steps = calls * per_call
 
   def run() -> float:
     nonlocal state
@@ -151,8 +170,8 @@ def tx_step(spec: dict) -> dict:
     if e.get('ph') != 'X':
       continue
     kind = categories.get(e.get('name'), ('', ''))[0]
-    if not kind:  # the runtime's own spans, and any thunk this jax names unlike its HLO
-      unmatched[e.get('name')] += e.get('dur', 0) / 1e3 / steps
+    if not kind and _NAME.match(e.get('name', '')):  # named like a thunk, unlike this HLO's
+      unmatched[e['name']] += e.get('dur', 0) / 1e3 / steps
     if kind in ('', 'control'):
       continue
     spans[kind].append((e['ts'], e['ts'] + e['dur']))
@@ -163,7 +182,7 @@ def tx_step(spec: dict) -> dict:
           'per_category_ms': {k: _union_ms(spans[k]) / steps for k in CATEGORIES},
           'all_ops_ms': _union_ms([s for k in CATEGORIES for s in spans[k]]) / steps,
           'busy_ms': sorted(busy.values(), reverse=True),
-          'top': _top(per_op, lambda n: categories[n], spec.get('profile_top', 4)),
+          'top': _top(per_op, lambda n: categories[n], top),
           'unmatched': unmatched.most_common(5)}
 
 
@@ -228,8 +247,9 @@ def peer_step(spec: dict) -> dict:
 
 
 def table(doc: dict) -> str:
-  """The report of `tx bench --profile`: per case, ms per step by category for tx and the
-  peer, then each category's costliest ops."""
+  """The report of `tx bench --profile` and `tx profile`: per case (or experiment), ms per
+  step by category for tx and the peer (where measured), then each category's costliest
+  ops."""
   lines = [host.summary(doc['machine']['host']),
            f'threads {doc["machine"]["threads"]}; GLIBC_TUNABLES '
            f'{doc["machine"].get("glibc_tunables") or "(unset)"}']
@@ -241,19 +261,20 @@ def table(doc: dict) -> str:
     tuned = case.get('tuned')
     lines += ['', f'{name}: ms per step' + (f" (tx with `tx tune`'s {tuned['choice']!r})"
                                              if tuned else ''),
-              f'{"":18} {"tx":>9} {"peer":>9}']
+              f'{"":18} {"tx":>9}' + (f' {"peer":>9}' if peer else '')]
     rows = [('step, profiled', 'step_s', 1e3), ('step, unprofiled', 'unprofiled_step_s', 1e3),
             ('system time', 'system_s', 1e3), ('page faults', 'faults', 1)]
     rows = [(label, tx[key] * k, peer[key] * k if peer else None) for label, key, k in rows]
     rows += [(k, tx['per_category_ms'][k], peer['per_category_ms'][k] if peer else None)
              for k in CATEGORIES]
     for label, a, b in rows:
-      lines.append(f'{label:18} {a:9.1f} ' + (f'{b:9.1f}' if b is not None else f'{"-":>9}'))
+      lines.append(f'{label:18} {a:9.1f}' + (f' {b:9.1f}' if b is not None else ''))
     lines.append(f'tx: some op running {tx["all_ops_ms"]:.1f} ms of the step; '
                  f'{len(tx["busy_ms"])} threads ran its ops, busy ms each '
                  + ', '.join(f'{b:.1f}' for b in tx['busy_ms'][:4]))
-    lines.append('tx: trace spans matched to no HLO instruction (ms per step): ' + ', '.join(
-        f'{n} {ms:.1f}' for n, ms in tx.get('unmatched', [])))
+    if tx.get('unmatched'):
+      lines.append('tx: thunk-like trace spans found in no HLO instruction (ms per step): '
+                   + ', '.join(f'{n} {ms:.1f}' for n, ms in tx['unmatched']))
     for side, result in (('tx', tx), ('peer', peer)):
       if result:
         lines.append(f'{side}: the costliest ops of each category (ms per step, all threads)')

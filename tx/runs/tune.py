@@ -158,7 +158,7 @@ def with_choice(cfg, entry: dict | None, say=print):
   return cfg.replace(model=cfg.model.replace(**model), train=cfg.train.replace(**train))
 
 
-def _tuned_config(cfg):
+def one_device_config(cfg):
   """`cfg` as it is timed: vocabulary resolved as `tx plan` does, one device."""
   from tx.runs.plan import check  # pylint: disable=g-import-not-at-top
   one = cfg.replace(mesh=cfg.mesh.replace(data=1, fsdp=1, tensor=1))
@@ -170,7 +170,7 @@ def step_signature(cfg) -> dict:
   from tx.config.base import to_dict  # pylint: disable=g-import-not-at-top
   from tx.data.shapes import batch_shapes  # pylint: disable=g-import-not-at-top
   from tx.tasks import make_task  # pylint: disable=g-import-not-at-top
-  cfg = _tuned_config(cfg)
+  cfg = one_device_config(cfg)
   shapes = batch_shapes(cfg.data, make_task(cfg).name, cfg.train.batch_size)
   return {'model': to_dict(cfg.model), 'optim': to_dict(cfg.optim), 'task': to_dict(cfg.task),
           'batch': {k: [list(shape), str(dtype)] for k, (shape, dtype) in sorted(shapes.items())},
@@ -283,7 +283,7 @@ def _measure(cfg, host, path, candidates, steps, warmup, rounds, margin, threads
   from tx.config.base import to_dict  # pylint: disable=g-import-not-at-top
   from tx.config.base import ConfigError  # pylint: disable=g-import-not-at-top
   threads = threads or host.get('usable_cpus') or os.cpu_count() or 1
-  spec = {'config': to_dict(_tuned_config(cfg)), 'steps': steps, 'warmup': warmup}
+  spec = {'config': to_dict(one_device_config(cfg)), 'steps': steps, 'warmup': warmup}
   runs, failed, details = {}, {}, {}
   own = ' '.join(f for f in env.get('XLA_FLAGS', '').split()  # one device per measurement
                  if not f.startswith('--xla_force_host_platform_device_count'))
@@ -354,13 +354,12 @@ def apply(cfg, *, env=None, say=print, tune_if_missing: bool = False) -> dict | 
   return entry
 
 
-def time_step(spec: dict) -> dict:
-  """Worker (run in its own process by `tune`): compiles spec['config']'s training step and
-  times it on synthetic batches of its shapes. Returns step_time_s (median over the calls
-  that make spec['steps'] timed steps, after those that make spec['warmup']; a call of K
-  steps counts as K steps of a K-th of its time), step_time_min_s, compile_s, platform,
-  attention_impl, matmul_impl (after spec['model_overrides']), steps_per_call (after
-  spec['train_overrides']), xla_flags."""
+def compiled_step(spec: dict):
+  """(compiled training call, initial state, synthetic batch, cfg, compile seconds) of
+  spec['config'] (an ExperimentConfig as a dict) with spec['model_overrides'] and
+  spec['train_overrides'] applied, on this process's first device: the step `tx train`
+  compiles (train.steps_per_call steps per call, batches [K, B, ...]), fed synthetic batches
+  of its shapes."""
   import flax.linen as nn  # pylint: disable=g-import-not-at-top
   import jax  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
@@ -403,6 +402,19 @@ def time_step(spec: dict) -> dict:
     compiled = step.lower(abstract, batch).compile()
     compile_s = time.perf_counter() - start
     state = init_state(model, optimizer, cfg.model, shardings, seed=0)
+  return compiled, state, batch, cfg, compile_s
+
+
+def time_step(spec: dict) -> dict:
+  """Worker (run in its own process by `tune`): compiles spec['config']'s training step
+  (`compiled_step`) and times it on synthetic batches of its shapes. Returns step_time_s
+  (median over the calls that make spec['steps'] timed steps, after those that make
+  spec['warmup']; a call of K steps counts as K steps of a K-th of its time),
+  step_time_min_s, compile_s, platform, attention_impl, matmul_impl (after
+  spec['model_overrides']), steps_per_call (after spec['train_overrides']), xla_flags."""
+  import jax  # pylint: disable=g-import-not-at-top
+  compiled, state, batch, cfg, compile_s = compiled_step(spec)
+  per_call = cfg.train.per_call
   times, warmup = [], -(-spec['warmup'] // per_call)  # calls, rounded up
   for i in range(warmup + -(-spec['steps'] // per_call)):
     start = time.perf_counter()
