@@ -186,13 +186,20 @@ def _decode_search_parser(sub) -> None:
                  help='sentences per decoding call (default train.batch_size)')
 
 
-def _bench_parser(sub) -> None:
-  u = sub.add_parser('tune', help="time XLA:CPU settings on an experiment's training step, "
-                                  'cache the fastest for this host (tx train uses it)')
-  u.add_argument('experiment', help='registered experiment or a resolved config.json')
-  _add_experiments_flag(u)
-  u.add_argument('--set', nargs='+', action='extend', default=[], metavar='KEY=VALUE',
+def _step_parser(sub, name: str, about: str):
+  """A subcommand that works on one experiment's training step: EXPERIMENT, --experiments,
+  --set."""
+  p = sub.add_parser(name, help=about)
+  p.add_argument('experiment', help='registered experiment or a resolved config.json')
+  _add_experiments_flag(p)
+  p.add_argument('--set', nargs='+', action='extend', default=[], metavar='KEY=VALUE',
                  help='dotted overrides, as for tx train')
+  return p
+
+
+def _bench_parser(sub) -> None:
+  u = _step_parser(sub, 'tune', "time XLA:CPU settings on an experiment's training step, "
+                                'cache the fastest for this host (tx train uses it)')
   u.add_argument('--candidates', nargs='+', metavar='NAME',
                  help='a subset of the candidate settings (default: all; see tx/runs/tune.py)')
   u.add_argument('--steps', type=int, default=5, help='timed steps per candidate and round')
@@ -202,12 +209,8 @@ def _bench_parser(sub) -> None:
                  help='how much faster than the defaults a setting must be to be chosen')
   u.add_argument('--force', action='store_true', help='measure again even if cached')
 
-  r = sub.add_parser('profile', help="where an experiment's training step spends its time on "
-                                     'this host: ms per step by category, costliest ops')
-  r.add_argument('experiment', help='registered experiment or a resolved config.json')
-  _add_experiments_flag(r)
-  r.add_argument('--set', nargs='+', action='extend', default=[], metavar='KEY=VALUE',
-                 help='dotted overrides, as for tx train')
+  r = _step_parser(sub, 'profile', "where an experiment's training step spends its time on "
+                                   'this host: ms per step by category, costliest ops')
   r.add_argument('--calls', type=int, default=5, help='profiled compiled calls (after as many '
                                                       'timed without the profiler)')
   r.add_argument('--top', type=int, default=4, help='costliest ops listed per category')
