@@ -1,6 +1,6 @@
 """`tx profile EXPERIMENT`: where an experiment's training step spends its time on this host.
 
-    tx profile bert_base --set train.batch_size=16       # ms per step by category
+    tx profile mlm_shakespeare --set train.batch_size=16   # ms per step by category
     tx profile lm_shakespeare_char --no-tune --json p.json
 
 It compiles the step `tx train` would run (the same config and overrides, with `tx tune`'s
