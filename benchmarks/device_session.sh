@@ -8,6 +8,10 @@
 #              torch's GEMM, at 4 steps per call; one round), then `tx bench --only 'bert_6[l]'
 #              --tune`: the encoder as a user who ran `tx tune` gets it, against the peer; ~6 min
 #   decoder    gpt_6l in float32 with tx's defaults, one job alone (training and decoding), ~4 min
+#   decoder_torch  gpt_6l_torch_attention_2_per_call (torch's attention, 2 steps per call)
+#              against the peer: does the float32 decoder reach the peer there, ~4 min
+#   inside     benchmarks/torch_in_step.py: torch's GEMM and attention inside tx's bert_6l step
+#              against the same calls alone, in tx's and in the peer's layouts, ~1.5 min
 #   cpu        the decoder cases of the CPU suite on 2 threads, ~5 min
 #   attention  benchmarks/gpu_attention.py: cuDNN checked against XLA and timed, ~2.5 min
 #   gpt2       the GPU suite's GPT-2 small cases (cuDNN and XLA attention, the peer), ~2.5 min
@@ -21,19 +25,19 @@
 #   encoder    bert_6l with tx's defaults and with both of torch's kernels at 4 steps per call,
 #              2 rounds, ~7 min
 #   encoder1   every bert_6l case of the CPU suite, one round, ~6 min
-#   bf16       gpt_6l_bf16 with XLA's and with torch's GEMM against the peer in autocast, ~3 min
+#   bf16       gpt_6l_bf16 with XLA's and with torch's GEMM against the peer in autocast, ~4.5 min
 # A call runs at most 10 minutes and a session has 15 minutes of device time, machine
 # starts included (~30 s): one full call, then a short one on the warm machine. The unknown
-# first: `profile decoder` (benchmarks/NOTES.md attempts 54-55), then `tuned` if a second call
-# fits (the tune on that host picks torch's two kernels at 4 steps per call, which attempt 54
-# measured at 0.77x as bert_6l_torch_kernels_4_per_call).
+# first: `inside decoder_torch` (benchmarks/NOTES.md attempt 57: why torch's kernels take
+# longer in tx's step than in the peer's there, and the float32 decoder with torch's
+# attention), then `bf16` on the warm machine (attempt 57's bf16 call was cut before its report).
 #
-#   bash benchmarks/device_session.sh OUT_DIR [profile|tuned|decoder|encoder|encoder1|tune|bf16|cpu|cpu4|attention|gpt2|gpu ...]  # default: profile decoder
+#   bash benchmarks/device_session.sh OUT_DIR [PART ...]  # default: inside decoder_torch
 #
 set -u
-out=${1:?usage: bash benchmarks/device_session.sh OUT_DIR [profile|tuned|decoder|encoder|encoder1|tune|bf16|cpu|cpu4|attention|gpt2|gpu ...]}
+out=${1:?usage: bash benchmarks/device_session.sh OUT_DIR [PART ...] (the parts are listed above)}
 shift
-parts=${*:-profile decoder}
+parts=${*:-inside decoder_torch}
 here=$(cd "$(dirname "$0")/.." && pwd)
 export PYTHONPATH=$here PYTHONUNBUFFERED=1 TF_CPP_MIN_LOG_LEVEL=2
 mkdir -p "$out"
@@ -73,7 +77,11 @@ for part in $parts; do
                --json "$out/encoder.json" 2>&1 | tee "$out/encoder.txt" ;;
     encoder1) taskset -c 0,1 timeout 420 python3 -m tx bench --only bert_6l --threads 2 \
                 --json "$out/encoder1.json" 2>&1 | tee "$out/encoder1.txt" ;;
-    bf16) taskset -c 0,1 timeout 220 python3 -m tx bench --only gpt_6l_bf16 --threads 2 \
+    decoder_torch) taskset -c 0,1 timeout 330 python3 -m tx bench --only gpt_6l_torch_attention_2_per_call \
+                     --threads 2 --json "$out/decoder_torch.json" 2>&1 | tee "$out/decoder_torch.txt" ;;
+    inside) taskset -c 0,1 timeout 150 python3 "$here/benchmarks/torch_in_step.py" --threads 2 \
+              2>&1 | tee "$out/inside.txt" ;;
+    bf16) taskset -c 0,1 timeout 300 python3 -m tx bench --only gpt_6l_bf16 --threads 2 \
             --json "$out/bf16.json" 2>&1 | tee "$out/bf16.txt" ;;
     tune)
       taskset -c 0,1 timeout 270 python3 "$here/benchmarks/tune_case.py" gpt_6l_bf16 \
@@ -98,6 +106,6 @@ for part in $parts; do
         --threads 2 --rounds 2 --steps 3 >"$out/tune_bert.txt" 2>&1 &
       wait
       tail -n 40 "$out"/cpu.txt "$out"/bert.txt "$out"/tune_gpt.txt "$out"/tune_bert.txt ;;
-    *) echo "unknown part $part (profile, tuned, decoder, encoder, encoder1, tune, bf16, cpu, cpu4, attention, gpt2, gpu)" >&2; exit 2 ;;
+    *) echo "unknown part $part (profile, tuned, decoder, decoder_torch, inside, encoder, encoder1, tune, bf16, cpu, cpu4, attention, gpt2, gpu)" >&2; exit 2 ;;
   esac
 done

@@ -1,0 +1,200 @@
+"""torch's kernels inside tx's training step against the same torch calls alone.
+
+  python benchmarks/torch_in_step.py [CASE] [--threads 2] [--calls 3]
+
+On the Intel host tx's step with torch's GEMM and attention (`bert_6l_torch_kernels_4_per_call`)
+spends more in those kernels than the peer spends in the same kernels (benchmarks/NOTES.md,
+attempt 57). This script says which part: it wraps the callbacks of tx/ops/torch_matmul.py
+and tx/ops/torch_attention.py, runs CASE's training call (a `tx bench` case, as `tx tune`
+times it) a few times, and records each callback's wall time, the page faults and system
+time during it, and its operands' shapes. Then it times the same torch calls alone, on
+fresh tensors of those shapes in this process:
+
+- `alone, tx's form`: exactly the callback's calls (products into preallocated outputs with
+  tx's layouts; attention with its mask and the copies into the outputs);
+- `alone, peer's form`: what the peer's nn.Linear calls (addmm with the weight as [N, K],
+  mm(g, W), mm(gᵀ, x)), and attention without a mask or copies.
+
+The in-step / alone ratio above 1 is what the step's surroundings cost the kernels (cold
+caches, page faults, thread hand-offs); tx's form against the peer's is the layout's share.
+Run it alone on an idle host, pinned to as many CPUs as --threads (`taskset -c 0,1`): XLA
+uses every CPU the process may run on. The numbers are medians of a few calls.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import statistics
+import time
+
+_RECORDS: list[tuple] = []
+
+
+def _wrap(module, name: str, kind: str):
+  fn = getattr(module, name)
+
+  def timed(ctx, outs, *args, **kwargs):
+    shapes = tuple(tuple(a.shape) for a in args)
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    start = time.perf_counter()
+    result = fn(ctx, outs, *args, **kwargs)
+    seconds = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    _RECORDS.append((kind, shapes, seconds, after.ru_minflt - usage.ru_minflt,
+                     after.ru_stime - usage.ru_stime, kwargs.get('causal', False)))
+    return result
+
+  setattr(module, name, timed)
+
+
+def _median_ms(fn, repeats: int = 7) -> float:
+  for _ in range(2):
+    fn()
+  times = []
+  for _ in range(repeats):
+    start = time.perf_counter()
+    fn()
+    times.append(time.perf_counter() - start)
+  return statistics.median(times) * 1e3
+
+
+def _gemm_calls(torch, kind: str, shapes):
+  """(tx's form, the peer's form) of one product callback, as zero-argument calls."""
+  if kind == 'gemm forward':
+    (m, k), (_, n) = shapes
+    x, w, out, bias = torch.randn(m, k), torch.randn(k, n), torch.empty(m, n), torch.randn(n)
+    weight_nk = w.t().contiguous()
+    return (lambda: torch.mm(x, w, out=out)), (lambda: torch.addmm(bias, x, weight_nk.t()))
+  (m, n), (_, k), _ = shapes  # g [M, N], x [M, K], w [K, N]
+  g, x, w = torch.randn(m, n), torch.randn(m, k), torch.randn(k, n)
+  d_x, d_w = torch.empty(m, k), torch.empty(k, n)
+  weight_nk = w.t().contiguous()
+
+  def tx_form():
+    torch.mm(g, w.t(), out=d_x)
+    torch.mm(x.t(), g, out=d_w)
+
+  def peer_form():
+    torch.mm(g, weight_nk)
+    torch.mm(g.t(), x)
+
+  return tx_form, peer_form
+
+
+def _attention_calls(torch, shapes, causal: bool):
+  """(tx's form, the peer's form) of one attention forward + backward."""
+  q_shape = shapes[0]
+  b, l, h, _ = q_shape
+  q, k, v, d_out = (torch.randn(*q_shape) for _ in range(4))
+  bias = torch.zeros(b, 1, 1, l) if len(shapes) > 3 else None
+  out_buffer, lse_buffer = torch.empty(*q_shape), torch.empty(b, h, l)
+  grad_buffers = [torch.empty(*q_shape) for _ in range(3)]
+  forward = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu  # pylint: disable=protected-access
+  backward = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward  # pylint: disable=protected-access
+  heads_first = lambda t: t.transpose(1, 2)
+  scale = q_shape[-1] ** -0.5
+
+  def run(mask, copies):
+    def call():
+      out, lse = forward(*map(heads_first, (q, k, v)), 0.0, causal, attn_mask=mask, scale=scale)
+      if copies:
+        heads_first(out_buffer).copy_(out)
+        lse_buffer.copy_(lse)
+        out = heads_first(out_buffer)
+      grads = backward(*map(heads_first, (d_out, q, k, v)), out, lse, 0.0, causal,
+                       attn_mask=mask, scale=scale)
+      if copies:
+        for buffer, grad in zip(grad_buffers, grads):
+          heads_first(buffer).copy_(grad)
+    return call
+
+  return run(bias, True), run(None, False)
+
+
+def main() -> None:
+  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+  parser.add_argument('case', nargs='?', default='bert_6l_torch_kernels_4_per_call')
+  parser.add_argument('--threads', type=int, default=2)
+  parser.add_argument('--calls', type=int, default=3, help='training calls; the first is not counted')
+  args = parser.parse_args()
+  from tx import malloc_tuning  # pylint: disable=g-import-not-at-top
+  malloc_tuning.reexec_tuned()  # tx's glibc tunables, as `tx bench` measures with
+  for name in ('OMP_NUM_THREADS', 'MKL_NUM_THREADS'):  # XLA's threads: the CPUs allowed
+    os.environ[name] = str(args.threads)
+  import jax  # pylint: disable=g-import-not-at-top
+  from tx.bench.cases import SUITE  # pylint: disable=g-import-not-at-top
+  from tx.bench.tuned import step_config  # pylint: disable=g-import-not-at-top
+  from tx.config.base import to_dict  # pylint: disable=g-import-not-at-top
+  from tx.ops import torch_attention, torch_matmul  # pylint: disable=g-import-not-at-top
+  from tx.ops.torch_host import torch_module  # pylint: disable=g-import-not-at-top
+  from tx.runs import tune  # pylint: disable=g-import-not-at-top
+  torch = torch_module()
+  torch.set_num_threads(args.threads)
+  _wrap(torch_matmul, '_product_into', 'gemm forward')
+  _wrap(torch_matmul, '_gradients_into', 'gemm gradients')
+  _wrap(torch_attention, '_forward_into', 'attention forward')
+  _wrap(torch_attention, '_backward_into', 'attention backward')
+  spec = next(c.spec for c in SUITE if c.name == args.case)
+  cfg = tune.one_device_config(step_config(spec))
+  compiled, state, batch, cfg, _ = tune.compiled_step({'config': to_dict(cfg)})
+  per_call = cfg.train.per_call
+  steps, wall = 0, 0.0
+  for call in range(args.calls):
+    if call == 1:
+      _RECORDS.clear()
+    start = time.perf_counter()
+    state, metrics = compiled(state, batch)
+    jax.block_until_ready(metrics)
+    if call >= 1:
+      wall += time.perf_counter() - start
+      steps += per_call
+  print(f'{args.case}: {steps} steps timed, {wall / steps * 1e3:.0f} ms a step, '
+        f'{per_call} per call, torch threads {args.threads}')
+  print(f'{"kind":<20} {"shapes":<34} {"n/step":>6} {"in step":>8} {"faults":>7} '
+        f'{"sys ms":>6} {"alone tx":>9} {"alone peer":>10} {"step/tx":>8} {"tx/peer":>8}')
+  groups: dict[tuple, list] = {}
+  for kind, shapes, seconds, faults, system, causal in _RECORDS:
+    groups.setdefault((kind, shapes, causal), []).append((seconds, faults, system))
+  totals = {}
+  attention_done = set()
+  for (kind, shapes, causal), runs in sorted(groups.items()):
+    in_step = statistics.median(r[0] for r in runs) * 1e3
+    per_step = len(runs) / steps
+    faults = sum(r[1] for r in runs) / steps
+    system = sum(r[2] for r in runs) / steps * 1e3
+    if kind.startswith('gemm'):
+      tx_form, peer_form = _gemm_calls(torch, kind, shapes)
+      alone_tx, alone_peer = _median_ms(tx_form), _median_ms(peer_form)
+      compared = in_step
+    else:  # forward and backward are timed alone together, against both in the step
+      key = (shapes[0], causal)
+      if key in attention_done or kind != 'attention backward':
+        compared = None
+      else:
+        attention_done.add(key)
+        forward = [g for g in groups.items() if g[0][0] == 'attention forward'
+                   and g[0][1][0] == shapes[0] and g[0][2] == causal]
+        forward_ms = statistics.median(r[0] for r in forward[0][1]) * 1e3 if forward else 0.0
+        compared = in_step + forward_ms
+        tx_form, peer_form = _attention_calls(torch, shapes, causal)
+        alone_tx, alone_peer = _median_ms(tx_form), _median_ms(peer_form)
+    bucket = totals.setdefault(kind.split()[0], [0.0, 0.0, 0.0])
+    bucket[0] += in_step * per_step
+    text = ' x '.join('x'.join(map(str, s)) for s in shapes[:2])
+    if compared is None:
+      print(f'{kind:<20} {text:<34} {per_step:>6.1f} {in_step:>8.1f} {faults:>7.0f} {system:>6.1f}')
+      continue
+    bucket[1] += alone_tx * per_step
+    bucket[2] += alone_peer * per_step
+    print(f'{kind:<20} {text:<34} {per_step:>6.1f} {in_step:>8.1f} {faults:>7.0f} {system:>6.1f} '
+          f'{alone_tx:>9.1f} {alone_peer:>10.1f} {compared / alone_tx:>7.2f}x '
+          f'{alone_tx / alone_peer:>7.2f}x')
+  for name, (in_step, alone_tx, alone_peer) in totals.items():
+    print(f'{name}: {in_step:.0f} ms a step in the step; alone {alone_tx:.0f} in tx\'s form, '
+          f'{alone_peer:.0f} in the peer\'s')
+
+
+if __name__ == '__main__':
+  main()
