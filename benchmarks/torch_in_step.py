@@ -123,6 +123,7 @@ def main() -> None:
   malloc_tuning.reexec_tuned()  # tx's glibc tunables, as `tx bench` measures with
   for name in ('OMP_NUM_THREADS', 'MKL_NUM_THREADS'):  # XLA's threads: the CPUs allowed
     os.environ[name] = str(args.threads)
+  os.environ['JAX_PLATFORMS'] = 'cpu'  # the callbacks are a CPU path, on a GPU machine too
   import jax  # pylint: disable=g-import-not-at-top
   from tx.bench.cases import SUITE  # pylint: disable=g-import-not-at-top
   from tx.bench.tuned import step_config  # pylint: disable=g-import-not-at-top
