@@ -12,6 +12,9 @@
 #              against the peer: does the float32 decoder reach the peer there, ~4 min
 #   inside     benchmarks/torch_in_step.py: torch's GEMM and attention inside tx's bert_6l step
 #              against the same calls alone, in tx's and in the peer's layouts, ~1.5 min
+#   faults     benchmarks/step_faults.py: bert_6l_torch_kernels_4_per_call with glibc's trim
+#              threshold at tx's 256 MiB and at 4 GiB (the 4-step call's buffer kept in the
+#              heap): page faults, system time and seconds a step, one round, ~2 min
 #   cpu        the decoder cases of the CPU suite on 2 threads, ~5 min
 #   attention  benchmarks/gpu_attention.py: cuDNN checked against XLA and timed, ~2.5 min
 #   gpt2       the GPU suite's GPT-2 small cases (cuDNN and XLA attention, the peer), ~2.5 min
@@ -28,16 +31,17 @@
 #   bf16       gpt_6l_bf16 with XLA's and with torch's GEMM against the peer in autocast, ~4.5 min
 # A call runs at most 10 minutes and a session has 15 minutes of device time, machine
 # starts included (~30 s): one full call, then a short one on the warm machine. The unknown
-# first: `inside decoder_torch` (benchmarks/NOTES.md attempt 57: why torch's kernels take
-# longer in tx's step than in the peer's there, and the float32 decoder with torch's
-# attention), then `bf16` on the warm machine (attempt 57's bf16 call was cut before its report).
+# first: `inside faults decoder_torch` (benchmarks/NOTES.md attempts 57-60: why torch's
+# kernels take longer in tx's step than in the peer's there, what the 4-step call's page
+# faults cost there, and the float32 decoder with torch's attention), then `bf16` on the warm
+# machine (attempt 57's bf16 call was cut before its report).
 #
-#   bash benchmarks/device_session.sh OUT_DIR [PART ...]  # default: inside decoder_torch
+#   bash benchmarks/device_session.sh OUT_DIR [PART ...]  # default: inside faults decoder_torch
 #
 set -u
 out=${1:?usage: bash benchmarks/device_session.sh OUT_DIR [PART ...] (the parts are listed above)}
 shift
-parts=${*:-inside decoder_torch}
+parts=${*:-inside faults decoder_torch}
 here=$(cd "$(dirname "$0")/.." && pwd)
 export PYTHONPATH=$here PYTHONUNBUFFERED=1 TF_CPP_MIN_LOG_LEVEL=2
 mkdir -p "$out"
@@ -79,6 +83,8 @@ for part in $parts; do
                 --json "$out/encoder1.json" 2>&1 | tee "$out/encoder1.txt" ;;
     decoder_torch) taskset -c 0,1 timeout 330 python3 -m tx bench --only gpt_6l_torch_attention_2_per_call \
                      --threads 2 --json "$out/decoder_torch.json" 2>&1 | tee "$out/decoder_torch.txt" ;;
+    faults) taskset -c 0,1 timeout 200 python3 "$here/benchmarks/step_faults.py" --calls 4 --rounds 1 \
+              2>&1 | tee "$out/faults.txt" ;;
     inside) taskset -c 0,1 timeout 150 python3 "$here/benchmarks/torch_in_step.py" --threads 2 \
               2>&1 | tee "$out/inside.txt" ;;
     bf16) taskset -c 0,1 timeout 300 python3 -m tx bench --only gpt_6l_bf16 --threads 2 \
@@ -106,6 +112,6 @@ for part in $parts; do
         --threads 2 --rounds 2 --steps 3 >"$out/tune_bert.txt" 2>&1 &
       wait
       tail -n 40 "$out"/cpu.txt "$out"/bert.txt "$out"/tune_gpt.txt "$out"/tune_bert.txt ;;
-    *) echo "unknown part $part (profile, tuned, decoder, decoder_torch, inside, encoder, encoder1, tune, bf16, cpu, cpu4, attention, gpt2, gpu)" >&2; exit 2 ;;
+    *) echo "unknown part $part (profile, tuned, decoder, decoder_torch, inside, faults, encoder, encoder1, tune, bf16, cpu, cpu4, attention, gpt2, gpu)" >&2; exit 2 ;;
   esac
 done

@@ -1,0 +1,105 @@
+"""What the step buffer's page faults cost a `tx bench` case, under two glibc trim thresholds.
+
+  python benchmarks/step_faults.py [CASE] [--calls 6] [--rounds 2] [--trim 268435456 4294967296]
+
+XLA:CPU allocates a training call's scratch buffer (`memory_analysis().temp_size_in_bytes`)
+at every call. With tx's glibc tunables (tx/malloc_tuning.py) a buffer that glibc serves from
+the main heap is returned to the kernel when the call frees it, as soon as more than
+`glibc.malloc.trim_threshold` bytes are free at the heap's top, and the next call faults it
+in again (benchmarks/NOTES.md, attempts 24, 44, 51 and 60). This script runs CASE's training
+call (as `tx tune` times it) `--calls` times in a fresh process per threshold, in `--rounds`
+alternating rounds, and prints per call: seconds a step, minor page faults, system time,
+resident memory after the call and the process's peak. The first call (compilation's
+warmup) is not in the medians.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+MARK = 'STEP_FAULTS '
+
+
+def _worker(case: str, calls: int) -> None:
+  import jax  # pylint: disable=g-import-not-at-top
+  from tx.bench.cases import SUITE  # pylint: disable=g-import-not-at-top
+  from tx.bench.tuned import step_config  # pylint: disable=g-import-not-at-top
+  from tx.config.base import to_dict  # pylint: disable=g-import-not-at-top
+  from tx.runs import tune  # pylint: disable=g-import-not-at-top
+  spec = next(c.spec for c in SUITE if c.name == case)
+  cfg = tune.one_device_config(step_config(spec))
+  compiled, state, batch, cfg, _ = tune.compiled_step({'config': to_dict(cfg)})
+  temp = compiled.memory_analysis().temp_size_in_bytes
+  rows = []
+  for _ in range(calls):
+    before = resource.getrusage(resource.RUSAGE_SELF)
+    start = time.perf_counter()
+    state, metrics = compiled(state, batch)
+    jax.block_until_ready(metrics)
+    seconds = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    with open('/proc/self/statm', encoding='ascii') as f:
+      rss = int(f.read().split()[1]) * os.sysconf('SC_PAGE_SIZE')
+    rows.append({'step_s': seconds / cfg.train.per_call,
+                 'faults': after.ru_minflt - before.ru_minflt,
+                 'system_s': after.ru_stime - before.ru_stime, 'rss_gb': rss / 1e9,
+                 'peak_rss_gb': after.ru_maxrss * 1024 / 1e9})
+  print(MARK + json.dumps({'temp_bytes': temp, 'per_call': cfg.train.per_call, 'calls': rows}),
+        flush=True)
+
+
+def _run(case: str, calls: int, trim: int, threads: int) -> dict:
+  from tx import malloc_tuning  # pylint: disable=g-import-not-at-top
+  tunables = malloc_tuning.TUNABLES.replace(f'trim_threshold={256 << 20}',
+                                            f'trim_threshold={trim}')
+  env = dict(os.environ, GLIBC_TUNABLES=tunables, TX_MALLOC_TUNING='0', JAX_PLATFORMS='cpu',
+             OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), TX_TUNE='0')
+  proc = subprocess.run([sys.executable, __file__, case, '--worker', '--calls', str(calls)],
+                        env=env, capture_output=True, text=True, check=False)
+  lines = [l for l in proc.stdout.splitlines() if l.startswith(MARK)]
+  if proc.returncode or not lines:
+    raise SystemExit(f'{case} with trim {trim} failed: {proc.stderr.strip()[-1500:]}')
+  return json.loads(lines[-1][len(MARK):])
+
+
+def main() -> None:
+  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+  parser.add_argument('case', nargs='?', default='bert_6l_torch_kernels_4_per_call')
+  parser.add_argument('--calls', type=int, default=6)
+  parser.add_argument('--rounds', type=int, default=2)
+  parser.add_argument('--threads', type=int, default=2)
+  parser.add_argument('--trim', type=int, nargs='+', default=[256 << 20, 4 << 30],
+                      help='glibc.malloc.trim_threshold values, bytes')
+  parser.add_argument('--worker', action='store_true', help=argparse.SUPPRESS)
+  args = parser.parse_args()
+  if args.worker:
+    _worker(args.case, args.calls)
+    return
+  medians: dict[int, list[float]] = {t: [] for t in args.trim}
+  for r in range(args.rounds):
+    for trim in args.trim:
+      result = _run(args.case, args.calls, trim, args.threads)
+      steady = result['calls'][1:]
+      median = statistics.median(c['step_s'] for c in steady)
+      medians[trim].append(median)
+      print(f'round {r + 1}, trim {trim / 2**20:,.0f} MiB ({args.case}, temp '
+            f'{result["temp_bytes"] / 1e9:.2f} GB, {result["per_call"]} steps a call): median '
+            f'{median:.3f} s a step; per call: faults '
+            f'{statistics.median(c["faults"] for c in steady):,.0f}, system '
+            f'{statistics.median(c["system_s"] for c in steady):.2f} s, RSS after '
+            + ' '.join(f'{c["rss_gb"]:.2f}' for c in result['calls'])
+            + f' GB, peak {result["calls"][-1]["peak_rss_gb"]:.2f} GB', flush=True)
+  for trim, values in medians.items():
+    print(f'trim {trim / 2**20:,.0f} MiB: s a step, round medians '
+          + ' '.join(f'{v:.3f}' for v in values))
+
+
+if __name__ == '__main__':
+  main()
