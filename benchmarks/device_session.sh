@@ -12,9 +12,9 @@
 #              against the peer: does the float32 decoder reach the peer there, ~4 min
 #   inside     benchmarks/torch_in_step.py: torch's GEMM and attention inside tx's bert_6l step
 #              against the same calls alone, in tx's and in the peer's layouts, ~1.5 min
-#   faults     benchmarks/step_faults.py: bert_6l_torch_kernels_4_per_call with glibc's trim
-#              threshold at tx's 256 MiB and at 4 GiB (the 4-step call's buffer kept in the
-#              heap): page faults, system time and seconds a step, one round, ~2 min
+#   faults     benchmarks/step_faults.py: bert_6l_torch_kernels_4_per_call with tx's glibc
+#              tunables and with the trim threshold at 4 GiB (the 4-step call's buffer kept in
+#              the heap): page faults, system time and seconds a step, one round, ~2 min
 #   cpu        the decoder cases of the CPU suite on 2 threads, ~5 min
 #   attention  benchmarks/gpu_attention.py: cuDNN checked against XLA and timed, ~2.5 min
 #   gpt2       the GPU suite's GPT-2 small cases (cuDNN and XLA attention, the peer), ~2.5 min

@@ -1,16 +1,18 @@
-"""What the step buffer's page faults cost a `tx bench` case, under two glibc trim thresholds.
+"""What the step buffer's page faults cost a `tx bench` case, under variants of tx's glibc tunables.
 
-  python benchmarks/step_faults.py [CASE] [--calls 6] [--rounds 2] [--trim 268435456 4294967296]
+  python benchmarks/step_faults.py [CASE] [--calls 6] [--rounds 2]
+  python benchmarks/step_faults.py gpt_6l --variants '' glibc.malloc.arena_max=1
 
 XLA:CPU allocates a training call's scratch buffer (`memory_analysis().temp_size_in_bytes`)
 at every call. With tx's glibc tunables (tx/malloc_tuning.py) a buffer that glibc serves from
 the main heap is returned to the kernel when the call frees it, as soon as more than
 `glibc.malloc.trim_threshold` bytes are free at the heap's top, and the next call faults it
-in again (benchmarks/NOTES.md, attempts 24, 44, 51 and 60). This script runs CASE's training
-call (as `tx tune` times it) `--calls` times in a fresh process per threshold, in `--rounds`
-alternating rounds, and prints per call: seconds a step, minor page faults, system time,
-resident memory after the call and the process's peak. The first call (compilation's
-warmup) is not in the medians.
+in again (benchmarks/NOTES.md, attempts 24, 44, 51, 60 and 61). This script runs CASE's
+training call (as `tx tune` times it) `--calls` times in a fresh process per variant, in
+`--rounds` alternating rounds, and prints per call: seconds a step, minor page faults, system
+time, resident memory after the call and the process's peak. A variant is tx's tunables with
+some keys set otherwise ('' = tx's own; default: tx's, and the trim threshold at 4 GiB). The
+first call (compilation's warmup) is not in the medians.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import sys
 import time
 
 MARK = 'STEP_FAULTS '
+TX_OWN = "tx's tunables"
 
 
 def _worker(case: str, calls: int) -> None:
@@ -55,17 +58,22 @@ def _worker(case: str, calls: int) -> None:
         flush=True)
 
 
-def _run(case: str, calls: int, trim: int, threads: int) -> dict:
+def tunables(variant: str) -> str:
+  """tx's GLIBC_TUNABLES with the variant's `key=value` pairs (colon-separated) set."""
   from tx import malloc_tuning  # pylint: disable=g-import-not-at-top
-  tunables = malloc_tuning.TUNABLES.replace(f'trim_threshold={256 << 20}',
-                                            f'trim_threshold={trim}')
-  env = dict(os.environ, GLIBC_TUNABLES=tunables, TX_MALLOC_TUNING='0', JAX_PLATFORMS='cpu',
+  pairs = dict(t.split('=') for t in malloc_tuning.TUNABLES.split(':'))
+  pairs.update(t.split('=') for t in variant.split(':') if t)
+  return ':'.join(f'{k}={v}' for k, v in pairs.items())
+
+
+def _run(case: str, calls: int, variant: str, threads: int) -> dict:
+  env = dict(os.environ, GLIBC_TUNABLES=tunables(variant), TX_MALLOC_TUNING='0', JAX_PLATFORMS='cpu',
              OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), TX_TUNE='0')
   proc = subprocess.run([sys.executable, __file__, case, '--worker', '--calls', str(calls)],
                         env=env, capture_output=True, text=True, check=False)
   lines = [l for l in proc.stdout.splitlines() if l.startswith(MARK)]
   if proc.returncode or not lines:
-    raise SystemExit(f'{case} with trim {trim} failed: {proc.stderr.strip()[-1500:]}')
+    raise SystemExit(f'{case} with {variant!r} failed: {proc.stderr.strip()[-1500:]}')
   return json.loads(lines[-1][len(MARK):])
 
 
@@ -75,29 +83,30 @@ def main() -> None:
   parser.add_argument('--calls', type=int, default=6)
   parser.add_argument('--rounds', type=int, default=2)
   parser.add_argument('--threads', type=int, default=2)
-  parser.add_argument('--trim', type=int, nargs='+', default=[256 << 20, 4 << 30],
-                      help='glibc.malloc.trim_threshold values, bytes')
+  parser.add_argument('--variants', nargs='+',
+                      default=['', f'glibc.malloc.trim_threshold={4 << 30}'],
+                      help="tunables set on top of tx's, e.g. glibc.malloc.arena_max=1 ('' = tx's)")
   parser.add_argument('--worker', action='store_true', help=argparse.SUPPRESS)
   args = parser.parse_args()
   if args.worker:
     _worker(args.case, args.calls)
     return
-  medians: dict[int, list[float]] = {t: [] for t in args.trim}
+  medians: dict[str, list[float]] = {v: [] for v in args.variants}
   for r in range(args.rounds):
-    for trim in args.trim:
-      result = _run(args.case, args.calls, trim, args.threads)
+    for variant in args.variants:
+      result = _run(args.case, args.calls, variant, args.threads)
       steady = result['calls'][1:]
       median = statistics.median(c['step_s'] for c in steady)
-      medians[trim].append(median)
-      print(f'round {r + 1}, trim {trim / 2**20:,.0f} MiB ({args.case}, temp '
+      medians[variant].append(median)
+      print(f'round {r + 1}, {variant or TX_OWN} ({args.case}, temp '
             f'{result["temp_bytes"] / 1e9:.2f} GB, {result["per_call"]} steps a call): median '
             f'{median:.3f} s a step; per call: faults '
             f'{statistics.median(c["faults"] for c in steady):,.0f}, system '
             f'{statistics.median(c["system_s"] for c in steady):.2f} s, RSS after '
             + ' '.join(f'{c["rss_gb"]:.2f}' for c in result['calls'])
             + f' GB, peak {result["calls"][-1]["peak_rss_gb"]:.2f} GB', flush=True)
-  for trim, values in medians.items():
-    print(f'trim {trim / 2**20:,.0f} MiB: s a step, round medians '
+  for variant, values in medians.items():
+    print(f'{variant or TX_OWN}: s a step, round medians '
           + ' '.join(f'{v:.3f}' for v in values))
 
 

@@ -83,12 +83,13 @@ def _gemm_calls(torch, kind: str, shapes):
   return tx_form, peer_form
 
 
-def _attention_calls(torch, shapes, causal: bool):
-  """(tx's form, the peer's form) of one attention forward + backward."""
-  q_shape = shapes[0]
+def _attention_calls(torch, backward_shapes, causal: bool):
+  """(tx's form, the peer's form) of one attention forward + backward, from the shapes of
+  the backward callback's operands (d_out, q, k, v, out, lse and, when masked, the bias)."""
+  q_shape = backward_shapes[1]
   b, l, h, _ = q_shape
   q, k, v, d_out = (torch.randn(*q_shape) for _ in range(4))
-  bias = torch.zeros(b, 1, 1, l) if len(shapes) > 3 else None
+  bias = torch.zeros(b, 1, 1, backward_shapes[2][1]) if len(backward_shapes) > 6 else None
   out_buffer, lse_buffer = torch.empty(*q_shape), torch.empty(b, h, l)
   grad_buffers = [torch.empty(*q_shape) for _ in range(3)]
   forward = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu  # pylint: disable=protected-access
