@@ -36,7 +36,10 @@ def _worker(case: str, calls: int) -> None:
   from tx.bench.tuned import step_config  # pylint: disable=g-import-not-at-top
   from tx.config.base import to_dict  # pylint: disable=g-import-not-at-top
   from tx.runs import tune  # pylint: disable=g-import-not-at-top
-  spec = next(c.spec for c in SUITE if c.name == case)
+  spec = next((c.spec for c in SUITE if c.name == case), None)
+  if spec is None:
+    raise SystemExit(f'unknown case {case!r}: pick one of '
+                     + ', '.join(c.name for c in SUITE if 'train' in c.kinds))
   cfg = tune.one_device_config(step_config(spec))
   compiled, state, batch, cfg, _ = tune.compiled_step({'config': to_dict(cfg)})
   temp = compiled.memory_analysis().temp_size_in_bytes

@@ -138,7 +138,10 @@ def main() -> None:
   _wrap(torch_matmul, '_gradients_into', 'gemm gradients')
   _wrap(torch_attention, '_forward_into', 'attention forward')
   _wrap(torch_attention, '_backward_into', 'attention backward')
-  spec = next(c.spec for c in SUITE if c.name == args.case)
+  spec = next((c.spec for c in SUITE if c.name == args.case), None)
+  if spec is None:
+    raise SystemExit(f'unknown case {args.case!r}: pick one of '
+                     + ', '.join(c.name for c in SUITE if 'train' in c.kinds))
   cfg = tune.one_device_config(step_config(spec))
   compiled, state, batch, cfg, _ = tune.compiled_step({'config': to_dict(cfg)})
   per_call = cfg.train.per_call
