@@ -13,8 +13,10 @@
 #   inside     benchmarks/torch_in_step.py: torch's GEMM and attention inside tx's bert_6l step
 #              against the same calls alone, in tx's and in the peer's layouts, ~1.5 min
 #   faults     benchmarks/step_faults.py: bert_6l_torch_kernels_4_per_call with tx's glibc
-#              tunables and with the trim threshold at 4 GiB (the 4-step call's buffer kept in
-#              the heap): page faults, system time and seconds a step, one round, ~2 min
+#              tunables; with the freed memory kept (the trim threshold at 4 GiB keeps the
+#              4-step call's buffer in the main heap, top_pad at 64 MiB the thread arenas'
+#              extra heaps); and with torch's OpenMP threads sleeping at once instead of
+#              spinning: page faults, system time and seconds a step, one round, ~3 min
 #   cpu        the decoder cases of the CPU suite on 2 threads, ~5 min
 #   attention  benchmarks/gpu_attention.py: cuDNN checked against XLA and timed, ~2.5 min
 #   gpt2       the GPU suite's GPT-2 small cases (cuDNN and XLA attention, the peer), ~2.5 min
@@ -83,8 +85,9 @@ for part in $parts; do
                 --json "$out/encoder1.json" 2>&1 | tee "$out/encoder1.txt" ;;
     decoder_torch) taskset -c 0,1 timeout 330 python3 -m tx bench --only gpt_6l_torch_attention_2_per_call \
                      --threads 2 --json "$out/decoder_torch.json" 2>&1 | tee "$out/decoder_torch.txt" ;;
-    faults) taskset -c 0,1 timeout 200 python3 "$here/benchmarks/step_faults.py" --calls 4 --rounds 1 \
-              2>&1 | tee "$out/faults.txt" ;;
+    faults) taskset -c 0,1 timeout 220 python3 "$here/benchmarks/step_faults.py" --calls 4 --rounds 1 \
+              --variants '' "glibc.malloc.trim_threshold=$((4 << 30)):glibc.malloc.top_pad=$((64 << 20))" \
+              OMP_WAIT_POLICY=PASSIVE 2>&1 | tee "$out/faults.txt" ;;
     inside) taskset -c 0,1 timeout 150 python3 "$here/benchmarks/torch_in_step.py" --threads 2 \
               2>&1 | tee "$out/inside.txt" ;;
     bf16) taskset -c 0,1 timeout 300 python3 -m tx bench --only gpt_6l_bf16 --threads 2 \

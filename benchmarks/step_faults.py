@@ -11,8 +11,8 @@ in again (benchmarks/NOTES.md, attempts 24, 44, 51, 60 and 61). This script runs
 training call (as `tx tune` times it) `--calls` times in a fresh process per variant, in
 `--rounds` alternating rounds, and prints per call: seconds a step, minor page faults, system
 time, resident memory after the call and the process's peak. A variant is tx's tunables with
-some keys set otherwise ('' = tx's own; default: tx's, and the trim threshold at 4 GiB). The
-first call (compilation's warmup) is not in the medians.
+some keys set otherwise, and environment variables set ('' = tx's own; default: tx's, and the
+trim threshold at 4 GiB). The first call (compilation's warmup) is not in the medians.
 """
 
 from __future__ import annotations
@@ -61,17 +61,23 @@ def _worker(case: str, calls: int) -> None:
         flush=True)
 
 
-def tunables(variant: str) -> str:
-  """tx's GLIBC_TUNABLES with the variant's `key=value` pairs (colon-separated) set."""
+def variant_env(variant: str) -> dict[str, str]:
+  """The environment settings of a variant: its `key=value` pairs (colon-separated) whose
+  key starts with `glibc.` set on top of tx's GLIBC_TUNABLES, the others (e.g.
+  OMP_WAIT_POLICY=PASSIVE) as environment variables."""
   from tx import malloc_tuning  # pylint: disable=g-import-not-at-top
-  pairs = dict(t.split('=') for t in malloc_tuning.TUNABLES.split(':'))
-  pairs.update(t.split('=') for t in variant.split(':') if t)
-  return ':'.join(f'{k}={v}' for k, v in pairs.items())
+  pairs = dict(t.split('=', 1) for t in variant.split(':') if t)
+  tunables = dict(t.split('=') for t in malloc_tuning.TUNABLES.split(':'))
+  tunables.update((k, v) for k, v in pairs.items() if k.startswith('glibc.'))
+  env = {k: v for k, v in pairs.items() if not k.startswith('glibc.')}
+  env['GLIBC_TUNABLES'] = ':'.join(f'{k}={v}' for k, v in tunables.items())
+  return env
 
 
 def _run(case: str, calls: int, variant: str, threads: int) -> dict:
-  env = dict(os.environ, GLIBC_TUNABLES=tunables(variant), TX_MALLOC_TUNING='0', JAX_PLATFORMS='cpu',
-             OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), TX_TUNE='0')
+  env = dict(os.environ, TX_MALLOC_TUNING='0', JAX_PLATFORMS='cpu', OMP_NUM_THREADS=str(threads),
+             MKL_NUM_THREADS=str(threads), TX_TUNE='0')
+  env.update(variant_env(variant))
   proc = subprocess.run([sys.executable, __file__, case, '--worker', '--calls', str(calls)],
                         env=env, capture_output=True, text=True, check=False)
   lines = [l for l in proc.stdout.splitlines() if l.startswith(MARK)]
@@ -88,7 +94,8 @@ def main() -> None:
   parser.add_argument('--threads', type=int, default=2)
   parser.add_argument('--variants', nargs='+',
                       default=['', f'glibc.malloc.trim_threshold={4 << 30}'],
-                      help="tunables set on top of tx's, e.g. glibc.malloc.arena_max=1 ('' = tx's)")
+                      help="tunables set on top of tx's, e.g. glibc.malloc.arena_max=1, and "
+                           "environment variables, e.g. OMP_WAIT_POLICY=PASSIVE ('' = tx's)")
   parser.add_argument('--worker', action='store_true', help=argparse.SUPPRESS)
   args = parser.parse_args()
   if args.worker:
