@@ -7,7 +7,8 @@ spends more in those kernels than the peer spends in the same kernels (benchmark
 attempt 57). This script says which part: it wraps the callbacks of tx/ops/torch_matmul.py
 and tx/ops/torch_attention.py, runs CASE's training call (a `tx bench` case, as `tx tune`
 times it) a few times, and records each callback's wall time, the page faults and system
-time during it, and its operands' shapes. Then it times the same torch calls alone, on
+time during it, its operands' shapes, and the alignment of the buffers XLA hands it (MKL's
+kernels can slow down on operands that are not 64-byte aligned). Then it times the same torch calls alone, on
 fresh tensors of those shapes in this process:
 
 - `alone, tx's form`: exactly the callback's calls (products into preallocated outputs with
@@ -37,16 +38,31 @@ def _wrap(module, name: str, kind: str):
 
   def timed(ctx, outs, *args, **kwargs):
     shapes = tuple(tuple(a.shape) for a in args)
+    align = _alignment(outs, args)
     usage = resource.getrusage(resource.RUSAGE_SELF)
     start = time.perf_counter()
     result = fn(ctx, outs, *args, **kwargs)
     seconds = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_SELF)
     _RECORDS.append((kind, shapes, seconds, after.ru_minflt - usage.ru_minflt,
-                     after.ru_stime - usage.ru_stime, kwargs.get('causal', False)))
+                     after.ru_stime - usage.ru_stime, kwargs.get('causal', False), align))
     return result
 
   setattr(module, name, timed)
+
+
+def _alignment(outs, args) -> int:
+  """The largest power of two (at most 4096) that divides every buffer's address: the
+  callback's outputs and operands, as XLA hands them over."""
+  from tx.ops.torch_host import torch_module  # pylint: disable=g-import-not-at-top
+  torch = torch_module()
+  buffers = [b for b in (list(outs) if isinstance(outs, (tuple, list)) else [outs]) + list(args)
+             if b is not None]
+  align = 4096
+  for b in buffers:
+    address = torch.from_dlpack(b).data_ptr()
+    align = min(align, address & -address if address else 4096)
+  return align
 
 
 def _median_ms(fn, repeats: int = 7) -> float:
@@ -160,7 +176,7 @@ def main() -> None:
   print(f'{"kind":<20} {"shapes":<34} {"n/step":>6} {"in step":>8} {"faults":>7} '
         f'{"sys ms":>6} {"alone tx":>9} {"alone peer":>10} {"step/tx":>8} {"tx/peer":>8}')
   groups: dict[tuple, list] = {}
-  for kind, shapes, seconds, faults, system, causal in _RECORDS:
+  for kind, shapes, seconds, faults, system, causal, _ in _RECORDS:
     groups.setdefault((kind, shapes, causal), []).append((seconds, faults, system))
   totals = {}
   attention_done = set()
@@ -199,6 +215,12 @@ def main() -> None:
   for name, (in_step, alone_tx, alone_peer) in totals.items():
     print(f'{name}: {in_step:.0f} ms a step in the step; alone {alone_tx:.0f} in tx\'s form, '
           f'{alone_peer:.0f} in the peer\'s')
+  aligned = {}
+  for record in _RECORDS:
+    aligned.setdefault(record[0], []).append(record[-1])
+  print('buffer alignment in the step (bytes; calls): ' + '; '.join(
+      f'{kind} ' + ', '.join(f'{a}: {values.count(a)}' for a in sorted(set(values)))
+      for kind, values in sorted(aligned.items())))
 
 
 if __name__ == '__main__':
