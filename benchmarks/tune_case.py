@@ -30,6 +30,7 @@ def main() -> None:
   entry = tune.tune(cfg, candidates=candidates, steps=args.steps, warmup=args.warmup,
                     rounds=args.rounds, threads=args.threads, force=True)
   print(json.dumps({'case': args.case, 'choice': entry['choice'], 'timings': entry['timings'],
+                    'rounds_timings': entry['rounds_timings'], 'skipped': entry['skipped'],
                     'failed': entry['failed'], 'host': entry['host']}, indent=1))
 
 

@@ -168,6 +168,30 @@ def test_rounds_rotate_and_the_defaults_stay_unless_clearly_beaten(tmp_path, mon
   assert tune.choose(medians, 0.02, dict(rounds, b=[2.03, 2.05, 2.06])) == 'default'
 
 
+def test_a_candidate_that_lost_a_round_to_the_defaults_is_not_timed_again(tmp_path, monkeypatch):
+  """The rule needs a win in every round, so a loss ends a candidate's timing: the same choice
+  as timing every round, fewer processes. 'slow' loses round 1, 'late' round 2."""
+  times = {'default': [1.0, 1.0, 1.0], 'slow': [1.2, 0.5, 0.5], 'late': [0.9, 1.1, 0.5],
+           'fast': [0.8, 0.8, 0.8]}
+  flags = {'slow': '--slow=1', 'late': '--late=1', 'fast': '--fast=1'}
+  order = []
+  def fake(target, spec, *, threads, env):
+    name = next((n for n, f in flags.items() if f in env['XLA_FLAGS']), 'default')
+    order.append(name)
+    return {'step_time_s': times[name][order.count(name) - 1], 'compile_s': 0.0}
+  monkeypatch.setattr(worker, 'run_isolated', fake)
+  said = []
+  entry = tune.tune(_cfg(), candidates={'default': '', **flags}, rounds=3, margin=0.03,
+                    env={'TX_CACHE_DIR': str(tmp_path)}, say=said.append)
+  assert order.count('default') == order.count('fast') == 3
+  assert order.count('slow') == 1 and order.count('late') == 2
+  assert entry['skipped'] == {'slow': 1, 'late': 2}
+  assert entry['rounds_timings']['late'] == [0.9, 1.1]
+  medians = {name: sorted(t)[1] for name, t in times.items()}  # had every round been timed
+  assert entry['choice'] == tune.choose(medians, 0.03, times) == 'fast'
+  assert any('slow is slower than the defaults in round 1' in line for line in said)
+
+
 def test_processes_of_one_host_measure_once(tmp_path, monkeypatch):
   """Two callers at once (as the processes of a `tx train --tune` job on one host): the
   second waits for the first's measurement and reads its entry instead of timing again."""

@@ -15,8 +15,10 @@ real training step (its model, optimizer, dropout and batch shapes, on synthetic
 fresh process, as `tx bench` does, and times `steps` steps after `warmup`, in `rounds`
 rounds of rotating order (one pass is at the mercy of machine noise). The fastest median
 over the rounds is kept if it beats XLA's defaults by more than `margin` (3 %) and was
-faster than them in every round; else the defaults. The choice is cached as one JSON file per (CPU model and ISA, CPU count, jax and
-jaxlib versions, step signature) under $TX_CACHE_DIR/tune (default
+faster than them in every round; else the defaults. So a candidate that was slower than the
+defaults in a round is not timed in the rounds after it: it cannot be chosen. The choice is
+cached as one JSON file per (CPU model and ISA, CPU count, jax and jaxlib versions, step
+signature) under $TX_CACHE_DIR/tune (default
 $XDG_CACHE_HOME/tx/tune or ~/.cache/tx/tune), so another host kind, another jax or
 another model shape is measured afresh. A mesh of simulated devices is timed as one device
 with the whole batch (the same work on the same cores). One measurement per entry at a time:
@@ -288,9 +290,15 @@ def _measure(cfg, host, path, candidates, steps, warmup, rounds, margin, threads
   own = ' '.join(f for f in env.get('XLA_FLAGS', '').split()  # one device per measurement
                  if not f.startswith('--xla_force_host_platform_device_count'))
   names = list(candidates)
+  skipped = {}  # name -> the round it lost to the defaults in
   for r in range(rounds):
     for name in names[r % len(names):] + names[:r % len(names)]:  # each round starts later
-      if name in failed:
+      if name in failed or name in skipped:
+        continue
+      lost = None if 'default' in failed else _lost_a_round(runs, name)
+      if lost is not None:  # `choose` needs a win in every round: it cannot be chosen
+        skipped[name] = lost + 1
+        say(f'tx tune: {name} is slower than the defaults in round {lost + 1}; not timed again')
         continue
       flags, model, train = _setting(candidates[name])
       try:
@@ -311,7 +319,7 @@ def _measure(cfg, host, path, candidates, steps, warmup, rounds, margin, threads
   flags, model, train = _setting(candidates[choice])
   entry = {'choice': choice, 'xla_flags': flags, 'model_overrides': model,
            'train_overrides': train, 'timings': timings,
-           'rounds_timings': runs, 'failed': failed, 'details': details,
+           'rounds_timings': runs, 'failed': failed, 'skipped': skipped, 'details': details,
            'candidates': candidates, 'steps': steps, 'warmup': warmup, 'rounds': rounds,
            'margin': margin, 'threads': threads, 'experiment': cfg.name,
            'host': host_key(host), 'signature': step_signature(cfg),
@@ -323,6 +331,15 @@ def _measure(cfg, host, path, candidates, steps, warmup, rounds, margin, threads
   gain = f', {base / timings[choice]:.2f}x the defaults' if base else ''
   say(f'tx tune: chose {choice!r}{gain}; cached in {path}')
   return entry
+
+
+def _lost_a_round(runs: dict[str, list[float]], name: str) -> int | None:
+  """The first round (0-based) in which `name` was not faster than the defaults, None if
+  none: `runs` holds each candidate's s/step per round, from round 0, with no gaps."""
+  if name == 'default':
+    return None
+  return next((i for i, (t, base) in enumerate(zip(runs.get(name, []), runs.get('default', [])))
+               if t >= base), None)
 
 
 def _described(flags: str, model: dict, train: dict) -> str:
@@ -444,6 +461,7 @@ def cli(args, resolve) -> int:
   entry = tune(cfg, candidates=candidates, steps=args.steps, warmup=args.warmup,
                rounds=args.rounds, margin=args.margin, force=args.force, say=say)
   print(json.dumps({k: entry.get(k) for k in ('choice', 'xla_flags', 'model_overrides',
-                                                'train_overrides', 'timings', 'failed')},
+                                                'train_overrides', 'timings', 'skipped',
+                                                'failed')},
                    indent=1))
   return 0
