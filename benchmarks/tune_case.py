@@ -31,6 +31,7 @@ def main() -> None:
                     rounds=args.rounds, threads=args.threads, force=True)
   print(json.dumps({'case': args.case, 'choice': entry['choice'], 'timings': entry['timings'],
                     'rounds_timings': entry['rounds_timings'], 'skipped': entry['skipped'],
+                    'runoff': entry['runoff'],
                     'failed': entry['failed'], 'host': entry['host']}, indent=1))
 
 

@@ -192,6 +192,35 @@ def test_a_candidate_that_lost_a_round_to_the_defaults_is_not_timed_again(tmp_pa
   assert any('slow is slower than the defaults in round 1' in line for line in said)
 
 
+def test_near_ties_get_a_runoff_and_the_rule_decides_on_all_their_rounds(tmp_path, monkeypatch):
+  """'a' and 'b' both beat the defaults and lie within the margin of each other after the
+  rounds ('a' ahead); the runoff times only those two again, and 'b' wins on all rounds.
+  'c' beats the defaults by too little to be a contender."""
+  times = {'default': [1.0, 1.0], 'a': [0.90, 0.90, 0.95, 0.95], 'b': [0.91, 0.91, 0.80, 0.80],
+           'c': [0.99, 0.99]}
+  flags = {'a': '--a=1', 'b': '--b=1', 'c': '--c=1'}
+  order = []
+  def fake(target, spec, *, threads, env):
+    name = next((n for n, f in flags.items() if f in env['XLA_FLAGS']), 'default')
+    order.append(name)
+    return {'step_time_s': times[name][order.count(name) - 1], 'compile_s': 0.0}
+  monkeypatch.setattr(worker, 'run_isolated', fake)
+  said = []
+  entry = tune.tune(_cfg(), candidates={'default': '', **flags}, rounds=2, margin=0.03,
+                    env={'TX_CACHE_DIR': str(tmp_path)}, say=said.append)
+  assert order[8:] == ['a', 'b', 'b', 'a']  # after the two rounds, only the contenders
+  assert entry['runoff'] == ['a', 'b'] and entry['choice'] == 'b'
+  assert entry['timings'] == pytest.approx({'default': 1.0, 'a': 0.925, 'b': 0.855, 'c': 0.99})
+  assert entry['choice'] == tune.choose(entry['timings'], 0.03, entry['rounds_timings'])
+  assert any('a, b within 3% of each other' in line for line in said)
+  # without a near tie, no runoff: the clear winner stays after the rounds alone
+  order.clear()
+  times.update(b=[0.96, 0.96])
+  entry = tune.tune(_cfg(), candidates={'default': '', **flags}, rounds=2, margin=0.03,
+                    env={'TX_CACHE_DIR': str(tmp_path)}, force=True, say=said.append)
+  assert len(order) == 8 and entry['runoff'] == [] and entry['choice'] == 'a'
+
+
 def test_processes_of_one_host_measure_once(tmp_path, monkeypatch):
   """Two callers at once (as the processes of a `tx train --tune` job on one host): the
   second waits for the first's measurement and reads its entry instead of timing again."""

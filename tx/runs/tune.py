@@ -16,8 +16,9 @@ fresh process, as `tx bench` does, and times `steps` steps after `warmup`, in `r
 rounds of rotating order (one pass is at the mercy of machine noise). The fastest median
 over the rounds is kept if it beats XLA's defaults by more than `margin` (3 %) and was
 faster than them in every round; else the defaults. So a candidate that was slower than the
-defaults in a round is not timed in the rounds after it: it cannot be chosen. The choice is
-cached as one JSON file per (CPU model and ISA, CPU count, jax and jaxlib versions, step
+defaults in a round is not timed in the rounds after it: it cannot be chosen. Where several
+candidates qualify within `margin` of the fastest, those alone get `rounds` more rounds (a
+runoff), and the same rule on all their rounds picks one. The choice is cached as one JSON file per (CPU model and ISA, CPU count, jax and jaxlib versions, step
 signature) under $TX_CACHE_DIR/tune (default
 $XDG_CACHE_HOME/tx/tune or ~/.cache/tx/tune), so another host kind, another jax or
 another model shape is measured afresh. A mesh of simulated devices is timed as one device
@@ -217,24 +218,36 @@ def choose(timings: dict[str, float], margin: float,
   to replace XLA's defaults."""
   if 'default' not in timings:
     return min(timings, key=timings.get)
+  candidates = winners(timings, margin, rounds)
+  return min(candidates, key=timings.get) if candidates else 'default'
+
+
+def winners(timings: dict[str, float], margin: float,
+            rounds: dict[str, list[float]] | None = None) -> list[str]:
+  """The candidates other than 'default' that `choose` may keep: more than `margin` faster
+  than the defaults' median and faster than the defaults in every round both were timed in
+  (`rounds`, each candidate's times from the first round on). All of them without defaults."""
+  if 'default' not in timings:
+    return list(timings)
   base, base_rounds = timings['default'], (rounds or {}).get('default', [])
 
   def beats_the_defaults(name):
     paired = zip((rounds or {}).get(name, []), base_rounds)
     return timings[name] < base * (1.0 - margin) and all(t < b for t, b in paired)
 
-  winners = [n for n in timings if n != 'default' and beats_the_defaults(n)]
-  return min(winners, key=timings.get) if winners else 'default'
+  return [n for n in timings if n != 'default' and beats_the_defaults(n)]
 
 
 def tune(cfg, *, candidates=None, steps: int = 5, warmup: int = 2, rounds: int = 2,
          margin: float = 0.03, threads: int | None = None, force: bool = False, say=print,
          env=None) -> dict:
   """Times `cfg`'s step under each candidate (name -> XLA flags; default `CANDIDATES`) in
-  fresh processes, `rounds` times in a rotating order, and keeps `choose(median per
-  candidate, margin, times per round)`. Writes and returns the cache entry: {'choice', 'xla_flags',
-  'timings': {name: median s/step over the rounds}, 'rounds_timings', 'failed': {name:
-  why}, 'host', 'signature', ...}. A cached entry is returned as it is unless `force`."""
+  fresh processes, `rounds` times in a rotating order (a candidate that lost a round to the
+  defaults is skipped after it; near ties get a runoff: see the module's docstring), and
+  keeps `choose(median per candidate, margin, times per round)`. Writes and returns the
+  cache entry: {'choice', 'xla_flags', 'timings': {name: median s/step over its rounds},
+  'rounds_timings', 'skipped': {name: round lost}, 'runoff': [names], 'failed': {name: why},
+  'host', 'signature', ...}. A cached entry is returned as it is unless `force`."""
   from tx.bench import host as host_lib  # pylint: disable=g-import-not-at-top
   from tx.config.base import ConfigError  # pylint: disable=g-import-not-at-top
   env = dict(os.environ if env is None else env)
@@ -291,8 +304,23 @@ def _measure(cfg, host, path, candidates, steps, warmup, rounds, margin, threads
                  if not f.startswith('--xla_force_host_platform_device_count'))
   names = list(candidates)
   skipped = {}  # name -> the round it lost to the defaults in
+
+  def time_one(name: str, label: str) -> None:
+    flags, model, train = _setting(candidates[name])
+    try:
+      result = run_isolated(WORKER, dict(spec, model_overrides=model, train_overrides=train),
+                            threads=threads, env={'XLA_FLAGS': merge_flags(own, flags)})
+    except BenchError as e:
+      failed[name] = str(e)
+      say(f'tx tune: {name}: failed ({e})')
+      return
+    runs.setdefault(name, []).append(result['step_time_s'])
+    details[name] = result
+    say(f'tx tune: {label} {name:<22} {result["step_time_s"] * 1e3:9.1f} ms/step '
+        f'(compile {result["compile_s"]:.1f}s) {_described(flags, model, train)}')
+
   for r in range(rounds):
-    for name in names[r % len(names):] + names[:r % len(names)]:  # each round starts later
+    for name in _rotated(names, r):
       if name in failed or name in skipped:
         continue
       lost = None if 'default' in failed else _lost_a_round(runs, name)
@@ -300,26 +328,30 @@ def _measure(cfg, host, path, candidates, steps, warmup, rounds, margin, threads
         skipped[name] = lost + 1
         say(f'tx tune: {name} is slower than the defaults in round {lost + 1}; not timed again')
         continue
-      flags, model, train = _setting(candidates[name])
-      try:
-        result = run_isolated(WORKER, dict(spec, model_overrides=model, train_overrides=train),
-                              threads=threads, env={'XLA_FLAGS': merge_flags(own, flags)})
-      except BenchError as e:
-        failed[name] = str(e)
-        say(f'tx tune: {name}: failed ({e})')
-        continue
-      runs.setdefault(name, []).append(result['step_time_s'])
-      details[name] = result
-      say(f'tx tune: round {r + 1} {name:<22} {result["step_time_s"] * 1e3:9.1f} ms/step '
-          f'(compile {result["compile_s"]:.1f}s) {_described(flags, model, train)}')
-  timings = {name: statistics.median(t) for name, t in runs.items() if name not in failed}
+      time_one(name, f'round {r + 1}')
+  medians = lambda: {n: statistics.median(t) for n, t in runs.items() if n not in failed}
+  timings = medians()
   if not timings:
     raise ConfigError(f'tx tune: every candidate failed: {failed}')
   choice = choose(timings, margin, runs)
+  runoff = [n for n in winners(timings, margin, runs)
+            if timings[n] <= timings[choice] * (1 + margin)]
+  if len(runoff) > 1:  # a near tie: more rounds for those only, then the rule on all rounds
+    say(f'tx tune: {", ".join(runoff)} within {margin:.0%} of each other; '
+        f'{rounds} more round(s) of those')
+    for r in range(rounds):
+      for name in _rotated(runoff, r):
+        if name not in failed:
+          time_one(name, f'runoff {r + 1}')
+    timings = medians()
+    choice = choose(timings, margin, runs)
+  else:
+    runoff = []
   flags, model, train = _setting(candidates[choice])
   entry = {'choice': choice, 'xla_flags': flags, 'model_overrides': model,
            'train_overrides': train, 'timings': timings,
-           'rounds_timings': runs, 'failed': failed, 'skipped': skipped, 'details': details,
+           'rounds_timings': runs, 'failed': failed, 'skipped': skipped, 'runoff': runoff,
+           'details': details,
            'candidates': candidates, 'steps': steps, 'warmup': warmup, 'rounds': rounds,
            'margin': margin, 'threads': threads, 'experiment': cfg.name,
            'host': host_key(host), 'signature': step_signature(cfg),
@@ -331,6 +363,11 @@ def _measure(cfg, host, path, candidates, steps, warmup, rounds, margin, threads
   gain = f', {base / timings[choice]:.2f}x the defaults' if base else ''
   say(f'tx tune: chose {choice!r}{gain}; cached in {path}')
   return entry
+
+
+def _rotated(names: list[str], r: int) -> list[str]:
+  """Round r's order: each round starts one candidate later."""
+  return names[r % len(names):] + names[:r % len(names)]
 
 
 def _lost_a_round(runs: dict[str, list[float]], name: str) -> int | None:
@@ -462,6 +499,6 @@ def cli(args, resolve) -> int:
                rounds=args.rounds, margin=args.margin, force=args.force, say=say)
   print(json.dumps({k: entry.get(k) for k in ('choice', 'xla_flags', 'model_overrides',
                                                 'train_overrides', 'timings', 'skipped',
-                                                'failed')},
+                                                'runoff', 'failed')},
                    indent=1))
   return 0
