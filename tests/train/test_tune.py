@@ -168,18 +168,25 @@ def test_rounds_rotate_and_the_defaults_stay_unless_clearly_beaten(tmp_path, mon
   assert tune.choose(medians, 0.02, dict(rounds, b=[2.03, 2.05, 2.06])) == 'default'
 
 
-def test_a_candidate_that_lost_a_round_to_the_defaults_is_not_timed_again(tmp_path, monkeypatch):
-  """The rule needs a win in every round, so a loss ends a candidate's timing: the same choice
-  as timing every round, fewer processes. 'slow' loses round 1, 'late' round 2."""
-  times = {'default': [1.0, 1.0, 1.0], 'slow': [1.2, 0.5, 0.5], 'late': [0.9, 1.1, 0.5],
-           'fast': [0.8, 0.8, 0.8]}
-  flags = {'slow': '--slow=1', 'late': '--late=1', 'fast': '--fast=1'}
+def _scripted_timings(monkeypatch, times: dict, flags: dict) -> list:
+  """Replaces the measuring process: the candidate whose flag is in XLA_FLAGS ('default'
+  without one) takes the next of its `times`; returns the list of candidates in timing order."""
   order = []
   def fake(target, spec, *, threads, env):
     name = next((n for n, f in flags.items() if f in env['XLA_FLAGS']), 'default')
     order.append(name)
     return {'step_time_s': times[name][order.count(name) - 1], 'compile_s': 0.0}
   monkeypatch.setattr(worker, 'run_isolated', fake)
+  return order
+
+
+def test_a_candidate_that_lost_a_round_to_the_defaults_is_not_timed_again(tmp_path, monkeypatch):
+  """The rule needs a win in every round, so a loss ends a candidate's timing: the same choice
+  as timing every round, fewer processes. 'slow' loses round 1, 'late' round 2."""
+  times = {'default': [1.0, 1.0, 1.0], 'slow': [1.2, 0.5, 0.5], 'late': [0.9, 1.1, 0.5],
+           'fast': [0.8, 0.8, 0.8]}
+  flags = {'slow': '--slow=1', 'late': '--late=1', 'fast': '--fast=1'}
+  order = _scripted_timings(monkeypatch, times, flags)
   said = []
   entry = tune.tune(_cfg(), candidates={'default': '', **flags}, rounds=3, margin=0.03,
                     env={'TX_CACHE_DIR': str(tmp_path)}, say=said.append)
@@ -199,12 +206,7 @@ def test_near_ties_get_a_runoff_and_the_rule_decides_on_all_their_rounds(tmp_pat
   times = {'default': [1.0, 1.0], 'a': [0.90, 0.90, 0.95, 0.95], 'b': [0.91, 0.91, 0.80, 0.80],
            'c': [0.99, 0.99]}
   flags = {'a': '--a=1', 'b': '--b=1', 'c': '--c=1'}
-  order = []
-  def fake(target, spec, *, threads, env):
-    name = next((n for n, f in flags.items() if f in env['XLA_FLAGS']), 'default')
-    order.append(name)
-    return {'step_time_s': times[name][order.count(name) - 1], 'compile_s': 0.0}
-  monkeypatch.setattr(worker, 'run_isolated', fake)
+  order = _scripted_timings(monkeypatch, times, flags)
   said = []
   entry = tune.tune(_cfg(), candidates={'default': '', **flags}, rounds=2, margin=0.03,
                     env={'TX_CACHE_DIR': str(tmp_path)}, say=said.append)
