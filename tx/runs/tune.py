@@ -18,13 +18,14 @@ over the rounds is kept if it beats XLA's defaults by more than `margin` (3 %) a
 faster than them in every round; else the defaults. So a candidate that was slower than the
 defaults in a round is not timed in the rounds after it: it cannot be chosen. Where several
 candidates qualify within `margin` of the fastest, those alone get `rounds` more rounds (a
-runoff), and the same rule on all their rounds picks one. The choice is cached as one JSON file per (CPU model and ISA, CPU count, jax and jaxlib versions, step
-signature) under $TX_CACHE_DIR/tune (default
-$XDG_CACHE_HOME/tx/tune or ~/.cache/tx/tune), so another host kind, another jax or
-another model shape is measured afresh. A mesh of simulated devices is timed as one device
-with the whole batch (the same work on the same cores). One measurement per entry at a time:
-the processes of a job on one host (`tx train --tune` in each) wait for the first one's
-choice (a lock file beside the entry) instead of timing on the same cores at once.
+runoff), and the same rule on all their rounds picks one. The choice is cached as one JSON
+file per (CPU model and ISA, CPU count, jax and jaxlib versions, step signature) under
+$TX_CACHE_DIR/tune (default $XDG_CACHE_HOME/tx/tune or ~/.cache/tx/tune), so another host
+kind, another jax or another model shape is measured afresh. A mesh of simulated devices is
+timed as one device with the whole batch (the same work on the same cores). One measurement
+per entry at a time: the processes of a job on one host (`tx train --tune` in each) wait for
+the first one's choice (a lock file beside the entry) instead of timing on the same cores at
+once.
 
 `tx train` looks the run up before JAX starts its backend and appends the chosen flags to
 XLA_FLAGS; a flag you already set in XLA_FLAGS wins over the cached one. A chosen model
