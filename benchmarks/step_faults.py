@@ -66,6 +66,10 @@ def variant_env(variant: str) -> dict[str, str]:
   key starts with `glibc.` set on top of tx's GLIBC_TUNABLES, the others (e.g.
   OMP_WAIT_POLICY=PASSIVE) as environment variables."""
   from tx import malloc_tuning  # pylint: disable=g-import-not-at-top
+  bad = [t for t in variant.split(':') if t and '=' not in t]
+  if bad:
+    raise SystemExit(f'--variants: {bad[0]!r} is not KEY=VALUE; write e.g. '
+                     'glibc.malloc.top_pad=67108864 or OMP_WAIT_POLICY=PASSIVE')
   pairs = dict(t.split('=', 1) for t in variant.split(':') if t)
   tunables = dict(t.split('=') for t in malloc_tuning.TUNABLES.split(':'))
   tunables.update((k, v) for k, v in pairs.items() if k.startswith('glibc.'))
