@@ -12,6 +12,11 @@
 #              against the peer: does the float32 decoder reach the peer there, ~4 min
 #   inside     benchmarks/torch_in_step.py: torch's GEMM and attention inside tx's bert_6l step
 #              against the same calls alone, in tx's and in the peer's layouts, ~1.5 min
+#   threads    the same with --cpu-by-thread: which threads ran on the CPUs while each torch
+#              call did (its caller, XLA's other worker, torch's OpenMP workers), ~1.5 min
+#   sched      benchmarks/step_faults.py: bert_6l_torch_kernels_4_per_call with XLA's
+#              concurrency-optimized scheduler (the default) and without it (fewer XLA ops
+#              beside a torch call), 2 rounds, ~4 min
 #   faults     benchmarks/step_faults.py: bert_6l_torch_kernels_4_per_call with tx's glibc
 #              tunables; with the freed memory kept (the trim threshold at 4 GiB keeps the
 #              4-step call's buffer in the main heap, top_pad at 64 MiB the thread arenas'
@@ -33,17 +38,17 @@
 #   bf16       gpt_6l_bf16 with XLA's and with torch's GEMM against the peer in autocast, ~4.5 min
 # A call runs at most 10 minutes and a session has 15 minutes of device time, machine
 # starts included (~30 s): one full call, then a short one on the warm machine. The unknown
-# first: `inside faults decoder_torch` (benchmarks/NOTES.md attempts 57-60: why torch's
-# kernels take longer in tx's step than in the peer's there, what the 4-step call's page
-# faults cost there, and the float32 decoder with torch's attention), then `bf16` on the warm
-# machine (attempt 57's bf16 call was cut before its report).
+# first: `threads sched` (benchmarks/NOTES.md attempts 67-68: on the Intel host torch's
+# kernels run 1.09-1.44x slower inside tx's step than alone; does XLA's other worker take the
+# CPUs from them there, and does a schedule with fewer concurrent ops help), then `bf16` on
+# the warm machine (cut before its report in attempt 57, left out in attempt 67).
 #
-#   bash benchmarks/device_session.sh OUT_DIR [PART ...]  # default: inside faults decoder_torch
+#   bash benchmarks/device_session.sh OUT_DIR [PART ...]  # default: threads sched
 #
 set -u
 out=${1:?usage: bash benchmarks/device_session.sh OUT_DIR [PART ...] (the parts are listed above)}
 shift
-parts=${*:-inside faults decoder_torch}
+parts=${*:-threads sched}
 here=$(cd "$(dirname "$0")/.." && pwd)
 export PYTHONPATH=$here PYTHONUNBUFFERED=1 TF_CPP_MIN_LOG_LEVEL=2
 mkdir -p "$out"
@@ -90,6 +95,11 @@ for part in $parts; do
               OMP_WAIT_POLICY=PASSIVE 2>&1 | tee "$out/faults.txt" ;;
     inside) taskset -c 0,1 timeout 150 python3 "$here/benchmarks/torch_in_step.py" --threads 2 \
               2>&1 | tee "$out/inside.txt" ;;
+    threads) taskset -c 0,1 timeout 150 python3 "$here/benchmarks/torch_in_step.py" --threads 2 \
+               --cpu-by-thread 2>&1 | tee "$out/threads.txt" ;;
+    sched) taskset -c 0,1 timeout 300 python3 "$here/benchmarks/step_faults.py" --calls 4 --rounds 2 \
+             --variants '' XLA_FLAGS=--xla_cpu_enable_concurrency_optimized_scheduler=false \
+             2>&1 | tee "$out/sched.txt" ;;
     bf16) taskset -c 0,1 timeout 300 python3 -m tx bench --only gpt_6l_bf16 --threads 2 \
             --json "$out/bf16.json" 2>&1 | tee "$out/bf16.txt" ;;
     tune)
@@ -115,6 +125,6 @@ for part in $parts; do
         --threads 2 --rounds 2 --steps 3 >"$out/tune_bert.txt" 2>&1 &
       wait
       tail -n 40 "$out"/cpu.txt "$out"/bert.txt "$out"/tune_gpt.txt "$out"/tune_bert.txt ;;
-    *) echo "unknown part $part (profile, tuned, decoder, decoder_torch, inside, faults, encoder, encoder1, tune, bf16, cpu, cpu4, attention, gpt2, gpu)" >&2; exit 2 ;;
+    *) echo "unknown part $part (profile, tuned, decoder, decoder_torch, inside, threads, sched, faults, encoder, encoder1, tune, bf16, cpu, cpu4, attention, gpt2, gpu)" >&2; exit 2 ;;
   esac
 done

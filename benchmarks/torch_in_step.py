@@ -1,14 +1,16 @@
 """torch's kernels inside tx's training step against the same torch calls alone.
 
-  python benchmarks/torch_in_step.py [CASE] [--threads 2] [--calls 3]
+  python benchmarks/torch_in_step.py [CASE] [--threads 2] [--calls 3] [--cpu-by-thread]
 
 On the Intel host tx's step with torch's GEMM and attention (`bert_6l_torch_kernels_4_per_call`)
 spends more in those kernels than the peer spends in the same kernels (benchmarks/NOTES.md,
 attempt 57). This script says which part: it wraps the callbacks of tx/ops/torch_matmul.py
 and tx/ops/torch_attention.py, runs CASE's training call (a `tx bench` case, as `tx tune`
 times it) a few times, and records each callback's wall time, the page faults and system
-time during it, its operands' shapes, and the alignment of the buffers XLA hands it (MKL
-asks for 64-byte aligned operands for its best speed). Then it times the same torch calls
+time during it, its operands' shapes, the alignment of the buffers XLA hands it (MKL
+asks for 64-byte aligned operands for its best speed) and the thread that called it (each
+thread that enters an OpenMP region gets its own team of torch's worker threads); with
+--cpu-by-thread also which threads ran on the CPUs while it did. Then it times the same torch calls
 alone, on fresh tensors of those shapes in this process:
 
 - `alone, tx's form`: exactly the callback's calls (products into preallocated outputs with
@@ -28,9 +30,12 @@ import argparse
 import os
 import resource
 import statistics
+import threading
 import time
 
 _RECORDS: list[tuple] = []
+_CPU: list[tuple[str, int, dict[int, int]]] = []  # (kind, caller's native id, {thread: ns on a CPU})
+_TRACK_CPU = False
 
 
 def _wrap(module, name: str, kind: str):
@@ -39,16 +44,53 @@ def _wrap(module, name: str, kind: str):
   def timed(ctx, outs, *args, **kwargs):
     shapes = tuple(tuple(a.shape) for a in args)
     align = _alignment(outs, args)
+    cpu = _cpu_ns_by_thread() if _TRACK_CPU else None
     usage = resource.getrusage(resource.RUSAGE_SELF)
     start = time.perf_counter()
     result = fn(ctx, outs, *args, **kwargs)
     seconds = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_SELF)
+    if cpu is not None:
+      cpu_after = _cpu_ns_by_thread()
+      _CPU.append((kind, threading.get_native_id(),
+                   {t: ns - cpu.get(t, 0) for t, ns in cpu_after.items() if ns > cpu.get(t, 0)}))
     _RECORDS.append((kind, shapes, seconds, after.ru_minflt - usage.ru_minflt,
-                     after.ru_stime - usage.ru_stime, kwargs.get('causal', False), align))
+                     after.ru_stime - usage.ru_stime, kwargs.get('causal', False),
+                     threading.get_ident(), align))
     return result
 
   setattr(module, name, timed)
+
+
+def _cpu_ns_by_thread() -> dict[int, int]:
+  """{native thread id: nanoseconds it has run on a CPU} for every thread of this process
+  (the first field of /proc/self/task/<id>/schedstat)."""
+  times = {}
+  for tid in os.listdir('/proc/self/task'):
+    try:
+      with open(f'/proc/self/task/{tid}/schedstat', encoding='ascii') as f:
+        times[int(tid)] = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):  # a thread that ended between list and read
+      pass
+  return times
+
+
+def _cpu_report() -> None:
+  """Where the CPUs went while each kind of callback ran, in ms a call: the thread that
+  called it (XLA's worker, torch's first OpenMP thread), XLA's other workers (the other
+  threads that call callbacks: running an XLA op or waiting for one), and every other thread
+  (torch's OpenMP workers, the main thread)."""
+  callers = {caller for _, caller, _ in _CPU}
+  table: dict[str, list[float]] = {}
+  for kind, caller, used in _CPU:
+    row = table.setdefault(kind, [0, 0.0, 0.0, 0.0])
+    row[0] += 1
+    row[1] += used.get(caller, 0) / 1e6
+    row[2] += sum(ns for t, ns in used.items() if t in callers and t != caller) / 1e6
+    row[3] += sum(ns for t, ns in used.items() if t not in callers) / 1e6
+  print(f'CPU ms a call while a callback ran ({len(callers)} calling threads): '
+        + '; '.join(f'{kind}: caller {c / n:.1f}, XLA\'s other workers {o / n:.1f}, '
+                    f'the rest {r / n:.1f}' for kind, (n, c, o, r) in sorted(table.items())))
 
 
 def _alignment(outs, args) -> int:
@@ -135,7 +177,12 @@ def main() -> None:
   parser.add_argument('case', nargs='?', default='bert_6l_torch_kernels_4_per_call')
   parser.add_argument('--threads', type=int, default=2)
   parser.add_argument('--calls', type=int, default=3, help='training calls; the first is not counted')
+  parser.add_argument('--cpu-by-thread', action='store_true',
+                      help="also each thread's CPU time during every callback (reads /proc "
+                           'twice a call, which the in-step times then include)')
   args = parser.parse_args()
+  global _TRACK_CPU
+  _TRACK_CPU = args.cpu_by_thread
   from tx import malloc_tuning  # pylint: disable=g-import-not-at-top
   malloc_tuning.reexec_tuned()  # tx's glibc tunables, as `tx bench` measures with
   for name in ('OMP_NUM_THREADS', 'MKL_NUM_THREADS'):  # XLA's threads: the CPUs allowed
@@ -165,6 +212,7 @@ def main() -> None:
   for call in range(args.calls):
     if call == 1:
       _RECORDS.clear()
+      _CPU.clear()
     start = time.perf_counter()
     state, metrics = compiled(state, batch)
     jax.block_until_ready(metrics)
@@ -176,7 +224,7 @@ def main() -> None:
   print(f'{"kind":<20} {"shapes":<34} {"n/step":>6} {"in step":>8} {"faults":>7} '
         f'{"sys ms":>6} {"alone tx":>9} {"alone peer":>10} {"step/tx":>8} {"tx/peer":>8}')
   groups: dict[tuple, list] = {}
-  for kind, shapes, seconds, faults, system, causal, _ in _RECORDS:
+  for kind, shapes, seconds, faults, system, causal, _, _ in _RECORDS:
     groups.setdefault((kind, shapes, causal), []).append((seconds, faults, system))
   totals = {}
   attention_done = set()
@@ -221,6 +269,16 @@ def main() -> None:
   print('buffer alignment in the step (bytes; calls): ' + '; '.join(
       f'{kind} ' + ', '.join(f'{a}: {values.count(a)}' for a in sorted(set(values)))
       for kind, values in sorted(aligned.items())))
+  callers = {}
+  for record in _RECORDS:
+    callers.setdefault(record[0], set()).add(record[-2])
+  main_thread = threading.get_ident()
+  print('threads that called the callbacks (the main thread marked): ' + '; '.join(
+      f'{kind} {len(ids)}' + (' incl. main' if main_thread in ids else '')
+      for kind, ids in sorted(callers.items()))
+      + f'; {len(os.listdir("/proc/self/task"))} OS threads in the process')
+  if _CPU:
+    _cpu_report()
 
 
 if __name__ == '__main__':
