@@ -1,11 +1,14 @@
 """Cost of train.diagnostics: the training step with and without it, side by side.
 
-    .venv/bin/python benchmarks/diagnostics_cost.py [--rounds 3]
+    .venv/bin/python benchmarks/diagnostics_cost.py [--rounds 3] [--only SHAPE ...]
+    taskset -c 0,1 .venv/bin/python benchmarks/diagnostics_cost.py --only bert_6l_torch_kernels_4_per_call
 
-Two shapes: nanoGPT's CPU baby GPT (4 layers, d 128, context 64, batch 12) and the 6-layer
-GPT of `tx bench` (d 384, context 256, batch 64, scanned, remat dots_no_batch). Each round
-times both steps (alternating, median of N steps each), so machine noise hits both; the
-ratio is what to read. Prints the host's CPU model with the numbers.
+Two shapes of its own: nanoGPT's CPU baby GPT (4 layers, d 128, context 64, batch 12) and
+the 6-layer GPT of `tx bench` (d 384, context 256, batch 64, scanned, remat dots_no_batch).
+Any other name is a `tx bench` training case, compiled as `tx tune` times it (the step `tx
+train` runs, its steps per call included). Each round times both steps (alternating, median
+of N calls each), so machine noise hits both; the ratio is what to read. Prints the host's
+CPU model with the numbers.
 """
 
 from __future__ import annotations
@@ -46,7 +49,28 @@ def cpu_model() -> str:
     return platform.processor() or 'unknown'
 
 
+def make_case(case: str, diagnostics: bool):
+  """A `tx bench` training case's step with train.diagnostics set: (step, state, batch,
+  calls to time)."""
+  from tx.bench.cases import SUITE  # pylint: disable=g-import-not-at-top
+  from tx.bench.tuned import step_config  # pylint: disable=g-import-not-at-top
+  from tx.config.base import to_dict  # pylint: disable=g-import-not-at-top
+  from tx.runs import tune  # pylint: disable=g-import-not-at-top
+  spec = next((c.spec for c in SUITE if c.name == case), None)
+  if spec is None:
+    raise SystemExit(f'unknown shape or case {case!r}: pick one of {", ".join(SHAPES)} or a '
+                     '`tx bench` training case (python -m tx bench --help)')
+  cfg = tune.one_device_config(step_config(spec))
+  compiled, state, batch, _, _ = tune.compiled_step(
+      {'config': to_dict(cfg), 'train_overrides': {'diagnostics': diagnostics}})
+  state, m = compiled(state, batch)  # the first call: buffers, caches
+  jax.block_until_ready(m)
+  return compiled, state, batch, 3
+
+
 def make(shape: str, diagnostics: bool):
+  if shape not in SHAPES:
+    return make_case(shape, diagnostics)
   kw, ctx, batch, steps = SHAPES[shape]
   model_cfg = ModelConfig(family='decoder', vocab_size=65, max_len=ctx, position='learned', **kw)
   cfg = ExperimentConfig(model=model_cfg, optim=OptimConfig(name='adamw', learning_rate=1e-3),
@@ -82,6 +106,8 @@ def main():
   p.add_argument('--rounds', type=int, default=3)
   p.add_argument('--only', nargs='*', default=list(SHAPES))
   args = p.parse_args()
+  from tx import malloc_tuning  # pylint: disable=g-import-not-at-top
+  malloc_tuning.reexec_tuned()  # tx's glibc tunables, as `tx bench` and `tx train` run with
   print(f'host: {cpu_model()}, {jax.device_count()} device(s), jax {jax.__version__}')
   for shape in args.only:
     off, on = make(shape, False), make(shape, True)

@@ -525,6 +525,14 @@ def test_a_case_that_names_a_setting_keeps_it_under_tune():
   assert tuned.step_config(spec).train.steps_per_call == 2
 
 
+def test_tune_times_the_step_bench_measures_without_diagnostics():
+  # the peers compute no stability diagnostics; a tune of a case timed with them would pick
+  # settings for a step `tx bench` does not run
+  spec = cases.QUICK[1].spec
+  assert tuned.step_config(spec).train.diagnostics is False
+  assert tx_side.experiment(spec).train.diagnostics is False
+
+
 def test_a_tune_that_fails_fails_its_case_and_the_run_goes_on(monkeypatch):
   from tx.config.base import ConfigError  # pylint: disable=g-import-not-at-top
 

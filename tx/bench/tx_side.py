@@ -91,9 +91,12 @@ def experiment(spec: dict) -> ExperimentConfig:
   task = TaskConfig(label_smoothing=0.1) if family == 'encoder_decoder' else TaskConfig()
   data = ({'dataset': 'multi30k', 'seq_len': spec['src_len'], 'target_len': spec['tgt_len']}
           if family == 'encoder_decoder' else {'seq_len': spec['ctx']})
+  # No stability diagnostics: the peers compute none. `tx tune` of a case and the scripts in
+  # benchmarks/ that compile a case as the tune does then time this same step.
   return ExperimentConfig(name='bench', model=model_config(spec), data=DataConfig(**data),
                           optim=_OPTIM[family], task=task,
-                          train=TrainConfig(steps_per_call=spec.get('steps_per_call', 1)))
+                          train=TrainConfig(steps_per_call=spec.get('steps_per_call', 1),
+                                            diagnostics=False))
 
 
 def synthetic_batch(spec: dict, task_name: str, seed: int = 0) -> dict[str, np.ndarray]:
@@ -160,7 +163,9 @@ def _train_step(cfg: ExperimentConfig):
   model = build_model(cfg.model)
   optimizer, _ = make_optimizer(cfg.optim, total_steps=1000, d_model=cfg.model.d_model,
                                 model=cfg.model)
-  step_fn, sharding = make_train_step(model, task, optimizer, dropout=False), batch_sharding(mesh)
+  step_fn = make_train_step(model, task, optimizer, dropout=False,
+                            diagnostics=cfg.train.diagnostics)
+  sharding = batch_sharding(mesh)
   if cfg.train.per_call > 1:
     step_fn, sharding = consecutive_steps(step_fn), stacked_sharding(sharding)
   with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
