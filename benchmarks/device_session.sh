@@ -38,10 +38,11 @@
 #   bf16       gpt_6l_bf16 with XLA's and with torch's GEMM against the peer in autocast, ~4.5 min
 # A call runs at most 10 minutes and a session has 15 minutes of device time, machine
 # starts included (~30 s): one full call, then a short one on the warm machine. The unknown
-# first: `threads sched` (benchmarks/NOTES.md attempts 67-68: on the Intel host torch's
-# kernels run 1.09-1.44x slower inside tx's step than alone; does XLA's other worker take the
-# CPUs from them there, and does a schedule with fewer concurrent ops help), then `bf16` on
-# the warm machine (cut before its report in attempt 57, left out in attempt 67).
+# first: `threads sched` (benchmarks/NOTES.md attempts 67-69: on the Intel host torch's
+# GEMMs ran 1.09x slower inside tx's step than alone, measured on a step that still had the
+# stability diagnostics on; on the step `tx bench` runs, does XLA's other worker take the
+# CPUs from torch's calls there, and does a schedule with fewer concurrent ops help), then
+# `bf16` on the warm machine (cut before its report in attempt 57, left out in attempt 67).
 #
 #   bash benchmarks/device_session.sh OUT_DIR [PART ...]  # default: threads sched
 #
