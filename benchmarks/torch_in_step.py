@@ -7,11 +7,11 @@ spends more in those kernels than the peer spends in the same kernels (benchmark
 attempt 57). This script says which part: it wraps the callbacks of tx/ops/torch_matmul.py
 and tx/ops/torch_attention.py, runs CASE's training call (a `tx bench` case, as `tx tune`
 times it) a few times, and records each callback's wall time, the page faults and system
-time during it, its operands' shapes, the alignment of the buffers XLA hands it (MKL
-asks for 64-byte aligned operands for its best speed) and the thread that called it (each
-thread that enters an OpenMP region gets its own team of torch's worker threads); with
---cpu-by-thread also which threads ran on the CPUs while it did. Then it times the same torch calls
-alone, on fresh tensors of those shapes in this process:
+time during it, its operands' shapes, the alignment of the buffers XLA hands it (MKL asks
+for 64-byte aligned operands for its best speed) and the thread that called it (each thread
+that enters an OpenMP region gets its own team of torch's worker threads); with
+--cpu-by-thread also which threads ran on the CPUs while it did. Then it times the same
+torch calls alone, on fresh tensors of those shapes in this process:
 
 - `alone, tx's form`: exactly the callback's calls (products into preallocated outputs with
   tx's layouts; attention with its mask and the copies into the outputs);
