@@ -372,6 +372,35 @@ def test_bf16_targets_are_not_judged_without_bf16_arithmetic():
   assert not [l for l in report.table(doc).splitlines() if 'bf16 (6L)' in l and 'held in' in l]
 
 
+def test_a_host_without_bf16_arithmetic_measures_bf16_cases_on_tx_only(monkeypatch):
+  """The peer's bf16 autocast is emulated there (an hour a case on the AVX2 host) and its
+  ratio is not judged: bf16 cases time tx alone and say so; float32 cases keep their peer,
+  and a bf16 host keeps the bf16 peer."""
+  targets = []
+
+  def fake_run(target, spec, *, threads, platform):
+    targets.append((target.split(':')[1], spec.get('dtype', 'float32')))
+    return {'tokens_per_s': 1.0, 'step_time_s': 1.0}
+
+  monkeypatch.setattr(suite, 'run_isolated', fake_run)
+  bf16_case = cases.Case('gpt_6l_bf16', dict(cases.QUICK[1].spec, dtype='bfloat16'))
+  float32_case = cases.Case('gpt_6l', dict(cases.QUICK[1].spec))
+  said = []
+  got = suite._measure_case(bf16_case, peers=True, threads=2, say=said.append,
+                            bf16_host=False)
+  assert targets == [('train', 'bfloat16')] and 'peer_train' not in got
+  assert got['peer_skipped'] == report.NO_BF16_PEER
+  assert said[0] == f'gpt_6l_bf16: {report.NO_BF16_PEER}'  # before tx's progress line
+  doc = _bf16_doc({'avx2': True, 'avx512_bf16': False, 'amx_bf16': False})
+  doc['cases']['gpt_6l_bf16']['peer_skipped'] = got['peer_skipped']
+  assert f'gpt_6l_bf16{" " * 12}{report.NO_BF16_PEER}' in report.table(doc)
+  for case, host_has_bf16 in ((float32_case, False), (bf16_case, True), (bf16_case, None)):
+    targets.clear()
+    got = suite._measure_case(case, peers=True, threads=2, say=lambda m: None,
+                              bf16_host=host_has_bf16)
+    assert [t[0] for t in targets] == ['train', 'gpt2_train'] and 'peer_skipped' not in got
+
+
 def test_a_gpu_run_reports_the_datasheet_mfu_and_device_memory_and_judges_no_cpu_target():
   doc = _bf16_doc({'avx512_bf16': True, 'amx_bf16': False})
   doc['machine'].update(measured_on='gpu', device='NVIDIA H100 80GB HBM3')

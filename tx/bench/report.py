@@ -32,6 +32,8 @@ BF16_TARGETS = (
      1.0),
 )
 NO_BF16 = 'no bf16 arithmetic on this host (no avx512_bf16 / AMX): bf16 targets not judged'
+NO_BF16_PEER = ('no bf16 arithmetic on this host (no avx512_bf16 / AMX): the peer in bf16 '
+                'autocast not measured (tx only)')
 # Datasheet dense peaks, FLOP/s (bf16, TF32), by a name jax's device_kind contains; first match
 # wins (the H100's PCIe and NVL cards are slower than the SXM 'HBM3' one). float32 products
 # run in TF32 on a GPU (XLA's default), so a float32 case's datasheet MFU is against TF32's.
@@ -371,6 +373,8 @@ def table(doc: dict) -> str:
   for name, case in doc['cases'].items():
     if 'error' in case:
       lines.append(f'{name:<22} FAILED: {case["error"]}')
+    if case.get('peer_skipped'):
+      lines.append(f'{name:<22} {case["peer_skipped"]}')
   tuned = tuned_lines(doc)
   if tuned:
     lines += ['', "tx's side trained with `tx tune`'s choice for each step on this host:"] + [
