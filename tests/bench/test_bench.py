@@ -394,7 +394,18 @@ def test_a_host_without_bf16_arithmetic_measures_bf16_cases_on_tx_only(monkeypat
   doc = _bf16_doc({'avx2': True, 'avx512_bf16': False, 'amx_bf16': False})
   doc['cases']['gpt_6l_bf16']['peer_skipped'] = got['peer_skipped']
   assert f'gpt_6l_bf16{" " * 12}{report.NO_BF16_PEER}' in report.table(doc)
-  for case, host_has_bf16 in ((float32_case, False), (bf16_case, True), (bf16_case, None)):
+  # torch's bf16 GEMM in tx's step is emulated there too: the case is skipped, and said so
+  targets.clear()
+  torch_case = cases.Case('gpt_6l_bf16_torch_matmul',
+                          dict(bf16_case.spec, matmul_impl='torch'))
+  got = suite._measure_case(torch_case, peers=True, threads=2, say=lambda m: None,
+                            bf16_host=False)
+  assert targets == [] and got['skipped'] == report.NO_BF16_TORCH
+  doc['cases']['gpt_6l_bf16_torch_matmul'] = got
+  doc['rows'] = report.rows(doc)
+  assert report.NO_BF16_TORCH in report.table(doc)
+  for case, host_has_bf16 in ((float32_case, False), (bf16_case, True), (bf16_case, None),
+                              (torch_case, True)):
     targets.clear()
     got = suite._measure_case(case, peers=True, threads=2, say=lambda m: None,
                               bf16_host=host_has_bf16)

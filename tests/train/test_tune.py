@@ -294,6 +294,13 @@ def test_model_candidates_are_timed_only_where_tx_chooses_the_setting(monkeypatc
     assert set(tune.model_candidates(_cfg(setting))) == {'torch_matmul'}, setting
   for setting in ('model.matmul_impl=xla', 'model.dtype=float16'):
     assert set(tune.model_candidates(_cfg(setting))) == {'torch_attention'}, setting
+  # torch's bf16 GEMM only where the host has bf16 arithmetic (or its ISA is unknown)
+  bf16 = _cfg('model.dtype=bfloat16')
+  for isa, has in (({'avx2': True}, False), ({'avx512_bf16': True}, True),
+                   ({'amx_bf16': True}, True), ({}, True)):
+    got = set(tune.model_candidates(bf16, {'isa': isa}))
+    assert ('torch_matmul' in got) == has and ('torch_attention_matmul' in got) == has, isa
+  assert 'torch_matmul' in tune.model_candidates(_cfg(), {'isa': {'avx2': True}})  # float32
   monkeypatch.setattr(importlib.util, 'find_spec', lambda name: None)  # torch not installed
   assert tune.model_candidates(_cfg()) == {}
 

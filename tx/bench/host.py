@@ -55,6 +55,16 @@ def _int(value):
     return None
 
 
+def has_bf16_arithmetic(host: dict | None) -> bool | None:
+  """Whether a `probe` record's CPU has bf16 arithmetic (avx512_bf16 or AMX-BF16); None
+  where its ISA is unknown. Without it, bf16 products are emulated in float32 (torch's
+  autocast and GEMM many times slower than float32)."""
+  isa = (host or {}).get('isa')
+  if not isa:
+    return None
+  return bool(isa.get('avx512_bf16') or isa.get('amx_bf16'))
+
+
 def isa_level(isa: dict) -> str:
   """The widest matrix/vector unit named in `isa` (ISA_FLAGS -> bool)."""
   if not isa:

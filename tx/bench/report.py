@@ -34,6 +34,8 @@ BF16_TARGETS = (
 NO_BF16 = 'no bf16 arithmetic on this host (no avx512_bf16 / AMX): bf16 targets not judged'
 NO_BF16_PEER = ('no bf16 arithmetic on this host (no avx512_bf16 / AMX): the peer in bf16 '
                 'autocast not measured (tx only)')
+NO_BF16_TORCH = ("no bf16 arithmetic on this host (no avx512_bf16 / AMX): torch's bf16 kernels "
+                 'in the step are emulated there; skipped')
 # Datasheet dense peaks, FLOP/s (bf16, TF32), by a name jax's device_kind contains; first match
 # wins (the H100's PCIe and NVL cards are slower than the SXM 'HBM3' one). float32 products
 # run in TF32 on a GPU (XLA's default), so a float32 case's datasheet MFU is against TF32's.
@@ -137,10 +139,7 @@ def rows(doc: dict) -> list[dict]:
 
 def has_bf16_arithmetic(doc: dict) -> bool | None:
   """Whether the measured host has bf16 arithmetic (None: no host record)."""
-  isa = (doc.get('machine') or {}).get('host', {}).get('isa')
-  if not isa:
-    return None
-  return bool(isa.get('avx512_bf16') or isa.get('amx_bf16'))
+  return host.has_bf16_arithmetic((doc.get('machine') or {}).get('host'))
 
 
 def targets(doc: dict) -> list[dict]:
@@ -373,8 +372,9 @@ def table(doc: dict) -> str:
   for name, case in doc['cases'].items():
     if 'error' in case:
       lines.append(f'{name:<22} FAILED: {case["error"]}')
-    if case.get('peer_skipped'):
-      lines.append(f'{name:<22} {case["peer_skipped"]}')
+    for why in (case.get('peer_skipped'), case.get('skipped')):
+      if why:
+        lines.append(f'{name:<22} {why}')
   tuned = tuned_lines(doc)
   if tuned:
     lines += ['', "tx's side trained with `tx tune`'s choice for each step on this host:"] + [

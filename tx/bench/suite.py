@@ -179,12 +179,18 @@ def _measure_case(case, *, peers: bool, threads: int, say, ablate: bool = False,
   """One case's measurements: {'spec', 'note', 'tx_train', 'peer_train', ...}; with `tune`,
   tx's training runs take `tx tune`'s choice for the step (recorded under 'tuned').
   bf16_host False (a CPU without avx512_bf16 / AMX): a bf16 case measures tx only
-  ('peer_skipped' says why)."""
+  ('peer_skipped' says why), and one that puts torch's kernels in tx's step nothing
+  ('skipped')."""
   out = {'spec': case.spec, 'note': case.note}
   spec = case.spec
   family = spec['family']
   with_peer = peers and case.peer
-  if with_peer and bf16_host is False and spec.get('dtype') == 'bfloat16':
+  no_bf16 = bf16_host is False and spec.get('dtype') == 'bfloat16'
+  if no_bf16 and 'torch' in (spec.get('matmul_impl'), spec.get('attention_impl')):
+    out['skipped'] = report.NO_BF16_TORCH
+    say(f'{case.name}: {report.NO_BF16_TORCH}')
+    return out
+  if with_peer and no_bf16:
     # the peer's autocast emulates bf16 there, an hour where tx takes minutes, for a ratio
     # the report does not judge on such a host
     with_peer = False

@@ -94,19 +94,22 @@ def host_key(host: dict) -> dict:
   return {k: host.get(k) for k in keys} | {'isa': dict(sorted((host.get('isa') or {}).items()))}
 
 
-def model_candidates(cfg) -> dict:
+def model_candidates(cfg, host: dict | None = None) -> dict:
   """The MODEL_CANDIDATES that may replace what `cfg`'s model left to tx (torch installed):
   torch_attention where attention_impl is 'auto' and the model needs nothing torch's
   kernel lacks (an attention bias, soft-cap or dropout); torch_matmul where matmul_impl is
-  'auto' and the compute dtype is float32 or bfloat16; torch_attention_matmul where both
-  apply."""
+  'auto' and the compute dtype is float32, or bfloat16 on a `host` (a `tx.bench.host.probe`
+  record) not known to lack bf16 arithmetic (torch emulates a bf16 GEMM there, many times
+  slower than XLA's); torch_attention_matmul where both apply."""
   import importlib.util  # pylint: disable=g-import-not-at-top
+  from tx.bench import host as host_lib  # pylint: disable=g-import-not-at-top
   if importlib.util.find_spec('torch') is None:
     return {}
   model, out = cfg.model, {}
   if model.attention_impl == 'auto' and not model.torch_attention_conflict:
     out['torch_attention'] = MODEL_CANDIDATES['torch_attention']
-  if model.matmul_impl == 'auto' and model.dtype in ('float32', 'bfloat16'):
+  if model.matmul_impl == 'auto' and (model.dtype == 'float32' or (
+      model.dtype == 'bfloat16' and host_lib.has_bf16_arithmetic(host) is not False)):
     out['torch_matmul'] = MODEL_CANDIDATES['torch_matmul']
   if len(out) == 2:
     out['torch_attention_matmul'] = MODEL_CANDIDATES['torch_attention_matmul']
@@ -252,8 +255,9 @@ def tune(cfg, *, candidates=None, steps: int = 5, warmup: int = 2, rounds: int =
   from tx.bench import host as host_lib  # pylint: disable=g-import-not-at-top
   from tx.config.base import ConfigError  # pylint: disable=g-import-not-at-top
   env = dict(os.environ if env is None else env)
+  host = host_lib.probe(env)
   if candidates is None:
-    candidates = CANDIDATES | model_candidates(cfg)
+    candidates = CANDIDATES | model_candidates(cfg, host)
     candidates |= per_call_candidates(cfg, candidates)
   candidates = dict(candidates)
   if not candidates:
@@ -261,7 +265,6 @@ def tune(cfg, *, candidates=None, steps: int = 5, warmup: int = 2, rounds: int =
   if steps < 1 or warmup < 0 or rounds < 1 or not 0 <= margin < 1:
     raise ConfigError('tx tune: --steps and --rounds must be >= 1, --warmup >= 0 and --margin '
                       f'in [0, 1) (got {steps}, {rounds}, {warmup}, {margin})')
-  host = host_lib.probe(env)
   path = entry_path(cfg, host, env)
   with _measuring(path, say):
     cached = lookup(cfg, host, env)
