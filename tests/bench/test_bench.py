@@ -412,6 +412,32 @@ def test_a_host_without_bf16_arithmetic_measures_bf16_cases_on_tx_only(monkeypat
     assert [t[0] for t in targets] == ['train', 'gpt2_train'] and 'peer_skipped' not in got
 
 
+def test_a_host_without_bf16_arithmetic_times_the_peers_ceiling_in_float32_only(monkeypatch):
+  peer_specs = []
+
+  def fake_run(target, spec, *, threads, platform):
+    if target == f'{suite.PEERS}:ceiling':
+      peer_specs.append(spec)
+      return {f'{d}_flops': 2e9 for d in spec['dtypes']}
+    if target.endswith(':ceiling'):
+      return {'float32_flops': 1e9, 'bfloat16_flops': 1e9}
+    return {'tokens_per_s': 1.0, 'step_time_s': 1.0, 'flops_per_step': 1.0,
+            'peak_rss_bytes': 1.0, 'compile_s': 1.0, 'first_step_s': 1.0}
+
+  monkeypatch.setattr(suite, 'run_isolated', fake_run)
+  for isa, dtypes in (({'avx2': True}, ('float32',)),
+                      ({'avx512_bf16': True}, ('float32', 'bfloat16'))):
+    info = {'host': {'isa': isa}, 'processor': 'cpu', 'platform': 'x', 'cpu_count': 2,
+            'threads': 2, 'jax': '0'}
+    monkeypatch.setattr(suite, 'machine', lambda threads, platform, info=info: dict(info))
+    said = []
+    doc = suite.run([cases.Case('gpt_6l', dict(cases.QUICK[1].spec))], say=said.append)
+    assert peer_specs.pop()['dtypes'] == dtypes
+    assert doc['peer_ceiling'] == {'float32': 2e9,
+                                   'bfloat16': 2e9 if 'bfloat16' in dtypes else None}
+    assert ('bf16 not timed' in said[-1]) == (dtypes == ('float32',))
+
+
 def test_a_gpu_run_reports_the_datasheet_mfu_and_device_memory_and_judges_no_cpu_target():
   doc = _bf16_doc({'avx512_bf16': True, 'amx_bf16': False})
   doc['machine'].update(measured_on='gpu', device='NVIDIA H100 80GB HBM3')

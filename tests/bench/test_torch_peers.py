@@ -72,3 +72,13 @@ def test_gpt2_train_in_bf16_autocast():
 def test_ceiling_reports_both_dtypes():
   result = torch_peers.ceiling({'threads': 1, 'n': 64, 'repeats': 2})
   _check(result, ('float32_flops', 'bfloat16_flops', 'float32_flops_best'))
+
+
+def test_ceiling_times_only_the_dtypes_asked_for():
+  """A host without bf16 arithmetic asks for float32 alone (torch emulates bf16 there)."""
+  result = torch_peers.ceiling({'threads': 1, 'n': 64, 'repeats': 2, 'dtypes': ['float32'],
+                                'gemms': [['g', 8, 16, 8, False]],
+                                'attention': [['a', 1, 8, 2, 4, True]]})
+  assert result['float32_flops'] > 0 and 'bfloat16_flops' not in result
+  assert list(result['gemms']['g']) == ['float32'] and list(result['attention']['a']) == [
+      'float32']

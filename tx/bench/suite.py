@@ -285,13 +285,15 @@ def run(cases, *, peers: bool = True, threads: int = 2, say=print, ceiling_n: in
   doc = {'machine': info, 'ceilings': ceilings, 'ceiling': ceiling,
          'cases': results, 'rounds': rounds, 'wall_s': time.time() - start}
   if peers and any(c.peer for c in cases):
-    peer = run_isolated(f'{PEERS}:ceiling', dict(ceiling_spec, **parts), threads=threads,
-                        platform=platform)
-    doc['peer_ceiling'] = {d: peer[f'{d}_flops'] for d in ('float32', 'bfloat16')}
+    dtypes = ('float32',) if bf16_host is False else ('float32', 'bfloat16')
+    peer = run_isolated(f'{PEERS}:ceiling', dict(ceiling_spec, **parts, dtypes=dtypes),
+                        threads=threads, platform=platform)
+    doc['peer_ceiling'] = {d: peer.get(f'{d}_flops') for d in ('float32', 'bfloat16')}
     gemm_rates['peer'] = peer.get('gemms', {})
     attention['peer'] = peer.get('attention', {})
-    say(f'torch matmul ceiling: {peer["float32_flops"] / 1e9:.1f} GFLOP/s float32, '
-        f'{peer["bfloat16_flops"] / 1e9:.1f} bf16')
+    say(f'torch matmul ceiling: {peer["float32_flops"] / 1e9:.1f} GFLOP/s float32, ' + (
+        f'{peer["bfloat16_flops"] / 1e9:.1f} bf16' if 'bfloat16' in dtypes
+        else 'bf16 not timed (no bf16 arithmetic on this host)'))
   doc['gemms'] = gemm_rates
   doc['step_gemms'] = {case: [[label, m, k, n, count] for label, m, k, n, _, count in products]
                        for case, products in step_gemms.items()}

@@ -332,10 +332,12 @@ def ceiling(spec):
   """torch's n^3 matmul FLOP/s per dtype (float32, bfloat16): the median of `repeats` timed
   calls after one untimed one, and the best; the peer side of the GEMM-ceiling arithmetic.
   With spec['gemms'], each listed product's median too, and with spec['attention'] each
-  listed self-attention's forward and backward seconds (as tx_side.ceiling)."""
+  listed self-attention's forward and backward seconds (as tx_side.ceiling). spec['dtypes']
+  limits the dtypes (on a CPU without bf16 arithmetic torch emulates bf16: minutes a product)."""
   torch = _torch(spec)
   n, out = spec.get('n', 2048), {}
-  dtypes = (('float32', torch.float32), ('bfloat16', torch.bfloat16))
+  dtypes = tuple((name, getattr(torch, name)) for name in
+                 spec.get('dtypes', ('float32', 'bfloat16')))
   for name, dtype in dtypes:
     a = torch.randn(n, n, device=_device(spec)).to(dtype)
     rates = _mm_rates(torch, a, a, spec.get('repeats', 10))
