@@ -191,8 +191,8 @@ def _measure_case(case, *, peers: bool, threads: int, say, ablate: bool = False,
     say(f'{case.name}: {report.NO_BF16_TORCH}')
     return out
   if with_peer and no_bf16:
-    # the peer's autocast emulates bf16 there, an hour where tx takes minutes, for a ratio
-    # the report does not judge on such a host
+    # the peer's autocast emulates bf16 there (many times slower than tx's step), for a
+    # ratio the report does not judge on such a host
     with_peer = False
     out['peer_skipped'] = report.NO_BF16_PEER
     say(f'{case.name}: {report.NO_BF16_PEER}')
@@ -268,7 +268,7 @@ def run(cases, *, peers: bool = True, threads: int = 2, say=print, ceiling_n: in
   say(f'matmul ceiling: {ceilings[0]["float32_flops"] / 1e9:.1f} GFLOP/s float32, '
       f'{ceilings[0]["bfloat16_flops"] / 1e9:.1f} bf16')
   results = {}
-  bf16_host = None if gpu else report.has_bf16_arithmetic({'machine': info})
+  bf16_host = None if gpu else host.has_bf16_arithmetic(info['host'])
   for case in cases:
     try:
       results[case.name] = _measure_case(case, peers=peers, threads=threads, say=say,
