@@ -480,6 +480,12 @@ def test_the_gpu_platform_picks_the_gpu_suite_and_environment():
     worker.thread_env(2, 'tpu')
 
 
+def test_measurements_run_without_a_persistent_compilation_cache(monkeypatch, tmp_path):
+  # a cached program would time its load as the compile (the test session sets a cache)
+  monkeypatch.setenv('JAX_COMPILATION_CACHE_DIR', str(tmp_path))
+  assert 'JAX_COMPILATION_CACHE_DIR' not in worker.thread_env(2)
+
+
 def test_a_gpu_measurement_refuses_to_time_the_cpu():
   spec = dict(cases.QUICK[0].spec, platform='gpu', threads=2)
   with pytest.raises(RuntimeError, match='platform gpu: jax runs on'):

@@ -35,11 +35,13 @@ def thread_env(threads: int, platform: str = 'cpu') -> dict[str, str]:
   JAX_PLATFORMS=cuda; torch's side reads spec['platform']).
 
   It also sets tx's glibc malloc tunables (tx/malloc_tuning.py) where they apply, for tx
-  and the peer alike; `TX_MALLOC_TUNING=0` measures without.
+  and the peer alike; `TX_MALLOC_TUNING=0` measures without. A persistent compilation
+  cache ($JAX_COMPILATION_CACHE_DIR) is left out: a cached program would time its load,
+  not its compile.
   """
   if platform not in PLATFORMS:
     raise ValueError(f'platform must be one of {PLATFORMS}, got {platform!r}')
-  env = dict(os.environ)
+  env = {k: v for k, v in os.environ.items() if k != 'JAX_COMPILATION_CACHE_DIR'}
   if malloc_tuning.would_help(env):
     env = malloc_tuning.tuned_env(env)
   flags = [f for f in env.get('XLA_FLAGS', '').split()

@@ -1,0 +1,46 @@
+"""Settings for the whole test session: one persistent XLA compilation cache per run.
+
+Many tests, and the `tx` processes they start, compile the same tiny programs again (a new
+closure or a new process compiles what an earlier test already compiled). JAX's persistent
+cache, keyed by the program with its debug info stripped, the jax version, the XLA flags
+and the device kind, serves those repeats from disk. The cache lives in a temporary folder
+made for the run and removed after it, so every run starts empty; child processes inherit
+it through the environment. `tx bench` leaves it out of its measurement processes
+(tx/bench/worker.py), whose compile times must be real.
+"""
+
+import os
+import shutil
+import tempfile
+
+_SAVED = {}
+
+
+def pytest_configure(config):
+  # Before collection: a test module that computes at import would otherwise make jax
+  # decide, once per process, that there is no cache.
+  del config
+  path = tempfile.mkdtemp(prefix='tx-tests-xla-cache-')
+  env = {'JAX_COMPILATION_CACHE_DIR': path,
+         # the default (1 s) would leave out most of the tests' tiny programs
+         'JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS': '0',
+         'JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES': '0'}
+  for name, value in env.items():
+    _SAVED[name] = os.environ.get(name)
+    os.environ[name] = value
+  import jax  # pylint: disable=g-import-not-at-top
+  jax.config.update('jax_compilation_cache_dir', path)
+  jax.config.update('jax_persistent_cache_min_compile_time_secs', 0.0)
+  jax.config.update('jax_persistent_cache_min_entry_size_bytes', 0)
+
+
+def pytest_unconfigure(config):
+  del config
+  path = os.environ.get('JAX_COMPILATION_CACHE_DIR')
+  for name, value in _SAVED.items():
+    if value is None:
+      os.environ.pop(name, None)
+    else:
+      os.environ[name] = value
+  if path and os.path.basename(path).startswith('tx-tests-xla-cache-'):
+    shutil.rmtree(path, ignore_errors=True)
