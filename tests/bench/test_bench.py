@@ -243,6 +243,25 @@ def test_the_steps_own_gemms_bound_the_1_5x_target():
   assert len(report.ceiling_arithmetic(doc)) == 3
 
 
+def test_a_step_that_runs_torchs_gemm_is_bounded_by_torchs_rates():
+  doc = _bf16_doc({'avx512_bf16': True})
+  doc['step_gemms'] = {'gpt_6l': [['ffn in, forward', 1000, 1000, 20000, 2]]}
+  doc['gemms'] = {'tx': {'gpt_6l: ffn in, forward': {'float32': 40e9}},
+                  'peer': {'gpt_6l: ffn in, forward': {'float32': 80e9}}}
+  xla = report.ceiling_arithmetic(doc)[:2]
+  doc['cases']['gpt_6l']['tuned'] = {'choice': 'torch_matmul',
+                                     'model_overrides': {'matmul_impl': 'torch'}}
+  torch = report.ceiling_arithmetic(doc)[:2]
+  # the peer's 25 GFLOP/s x 1.5 against XLA's 100 GFLOP/s ceiling, then torch's 120
+  assert "38% of XLA's ceiling: under" in xla[0]
+  assert "31% of torch's ceiling (tx's step runs torch's GEMM): under" in torch[0]
+  # 80 GFLOP at torch's 80 GFLOP/s = 1 s, the other 20 at its 120 GFLOP/s ceiling 166.7 ms
+  assert "GEMMs at XLA's rates take 2.00 s" in xla[1]
+  assert "GEMMs at torch's rates take 1.00 s" in torch[1] and '166.7 ms' in torch[1]
+  assert report.runs_torch_gemm({'spec': {'matmul_impl': 'torch'}})
+  assert not report.runs_torch_gemm({'spec': {}, 'tuned': {'model_overrides': None}})
+
+
 def test_attention_timed_alone_is_set_against_the_step_gap():
   doc = _bf16_doc({'avx512_bf16': True})  # float32 steps: tx 2 s, the peer 4 s
   doc['step_attention'] = {'gpt_6l': [4, 16, 2, 8, True, 6]}

@@ -167,12 +167,13 @@ def targets(doc: dict) -> list[dict]:
 
 
 def ceiling_arithmetic(doc: dict) -> list[str]:
-  """Per training case with a peer, whether 1.5x the peer's speed fits under XLA's GEMM
-  ceiling: the peer's FLOP rate (tx's FLOP count) times 1.5, as a fraction of XLA's n^3
-  matmul ceiling; above 100 % the ceilings rule 1.5x out on this host. Where the step's own
-  products were timed (`step_gemms`), a second line, the finer bound: their time at XLA's
-  rates plus the attention products' at the ceiling, against the step time 1.5x the peer
-  allows, and how much faster the rest of the step would then have to run. Where its
+  """Per training case with a peer, whether 1.5x the peer's speed fits under the ceiling of
+  the GEMM tx's step ran (XLA's, or torch's where the case or `tx tune`'s choice set
+  model.matmul_impl=torch): the peer's FLOP rate (tx's FLOP count) times 1.5, as a fraction
+  of that n^3 matmul ceiling; above 100 % the ceilings rule 1.5x out on this host. Where the
+  step's own products were timed (`step_gemms`), a second line, the finer bound: their time
+  at that GEMM's rates plus the attention products' at its ceiling, against the step time
+  1.5x the peer allows, and how much faster the rest of the step would then have to run. Where its
   self-attention was timed alone on both sides (`step_attention`), a third: that time over
   all layers in each framework, against the gap between the two steps. Where both sides also
   trained with attention stubbed out (`tx_train_ablated`, `peer_train_ablated`), a fourth:
@@ -186,24 +187,29 @@ def ceiling_arithmetic(doc: dict) -> list[str]:
     if not (txt and peer):
       continue
     dtype = c.get('spec', {}).get('dtype', 'float32')
+    side, gemm_name = ('peer', 'torch') if runs_torch_gemm(c) else ('tx', 'XLA')
+    ceiling = (peer_ceiling if side == 'peer' else doc['ceiling'])[dtype]
+    if not ceiling:
+      continue
     peer_rate = txt['flops_per_step'] / peer['step_time_s']
-    need = 1.5 * peer_rate / doc['ceiling'][dtype]
+    need = 1.5 * peer_rate / ceiling
     verdict = 'under the ceiling' if need <= 1.0 else 'ruled out by the ceilings'
     lines.append(
         f'{case} ({dtype}): GEMM ceilings XLA {doc["ceiling"][dtype] / 1e9:.0f} / torch '
         f'{peer_ceiling[dtype] / 1e9:.0f} GFLOP/s; the peer trains at '
-        f'{peer_rate / 1e9:.0f} GFLOP/s, so 1.5x needs {need:.0%} of XLA\'s ceiling: {verdict}')
-    gemm = step_gemm_seconds(doc, c.get('spec', {}).get('float32_case') or case, dtype)
+        f'{peer_rate / 1e9:.0f} GFLOP/s, so 1.5x needs {need:.0%} of {gemm_name}\'s ceiling'
+        f'{_TORCH_GEMM_NOTE if side == "peer" else ""}: {verdict}')
+    gemm = step_gemm_seconds(doc, c.get('spec', {}).get('float32_case') or case, dtype, side)
     if gemm is not None:
       dense_s, dense_flops = gemm
       # the rest of the model FLOPs (attention's products) at no better than the n^3 ceiling
-      kernels = dense_s + max(txt['flops_per_step'] - dense_flops, 0) / doc['ceiling'][dtype]
+      kernels = dense_s + max(txt['flops_per_step'] - dense_flops, 0) / ceiling
       allowed = peer['step_time_s'] / 1.5
       rest, rest_now = allowed - kernels, txt['step_time_s'] - kernels
       then = (f'leaving {_secs(rest)} for the rest of the step (softmax, norms, optimizer), '
               f'which takes {_secs(rest_now)} now: {rest_now / rest:.1f}x faster needed'
               if rest > 0 else 'ruled out by the kernels')
-      lines.append(f'{case} ({dtype}): the step\'s own GEMMs at XLA\'s rates take '
+      lines.append(f'{case} ({dtype}): the step\'s own GEMMs at {gemm_name}\'s rates take '
                    f'{_secs(dense_s)} and its attention products at least '
                    f'{_secs(kernels - dense_s)}: {_secs(kernels)} of the {_secs(allowed)} a '
                    f'step may take at 1.5x the peer, {then}')
@@ -279,11 +285,22 @@ def _secs(s: float) -> str:
   return f'{s:.2f} s' if abs(s) >= 1 else f'{s * 1e3:.1f} ms'
 
 
-def step_gemm_seconds(doc: dict, case: str, dtype: str):
-  """(seconds, FLOPs) of `case`'s training-step products at XLA's measured rates (as
-  `step_gemms` lists them), or None where not all of them were timed."""
+_TORCH_GEMM_NOTE = " (tx's step runs torch's GEMM)"
+
+
+def runs_torch_gemm(case_doc: dict) -> bool:
+  """Whether tx's training step in this case ran its dense products in torch's GEMM: the
+  case's spec or `tx tune`'s choice (under 'tuned') set model.matmul_impl=torch."""
+  tuned = (case_doc.get('tuned') or {}).get('model_overrides') or {}
+  return 'torch' in (case_doc.get('spec', {}).get('matmul_impl'), tuned.get('matmul_impl'))
+
+
+def step_gemm_seconds(doc: dict, case: str, dtype: str, side: str = 'tx'):
+  """(seconds, FLOPs) of `case`'s training-step products at the rates measured on `side`
+  ('tx': XLA's, 'peer': torch's; as `step_gemms` lists them), or None where not all of
+  them were timed."""
   products = doc.get('step_gemms', {}).get(case)
-  rates = doc.get('gemms', {}).get('tx', {})
+  rates = doc.get('gemms', {}).get(side, {})
   if not products:
     return None
   seconds = flops = 0.0
