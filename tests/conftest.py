@@ -2,8 +2,10 @@
 
 Many tests, and the `tx` processes they start, compile the same tiny programs again (a new
 closure or a new process compiles what an earlier test already compiled). JAX's persistent
-cache, keyed by the program with its debug info stripped, the jax version, the XLA flags
-and the device kind, serves those repeats from disk. The cache lives in a temporary folder
+cache, keyed by the program, the jax version, the XLA flags and the device kind, serves
+those repeats from disk. Its key here includes the program's metadata (op names, source
+lines): without it a cached program would bring another program's op names, which
+`tx profile` sorts thunks by. The cache lives in a temporary folder
 made for the run and removed after it, so every run starts empty; child processes inherit
 it through the environment. `tx bench` leaves it out of its measurement processes
 (tx/bench/worker.py), whose compile times must be real.
@@ -24,7 +26,8 @@ def pytest_configure(config):
   env = {'JAX_COMPILATION_CACHE_DIR': path,
          # the default (1 s) would leave out most of the tests' tiny programs
          'JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS': '0',
-         'JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES': '0'}
+         'JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES': '0',
+         'JAX_COMPILATION_CACHE_INCLUDE_METADATA_IN_KEY': 'true'}
   for name, value in env.items():
     _SAVED[name] = os.environ.get(name)
     os.environ[name] = value
@@ -32,6 +35,7 @@ def pytest_configure(config):
   jax.config.update('jax_compilation_cache_dir', path)
   jax.config.update('jax_persistent_cache_min_compile_time_secs', 0.0)
   jax.config.update('jax_persistent_cache_min_entry_size_bytes', 0)
+  jax.config.update('jax_compilation_cache_include_metadata_in_key', True)
 
 
 def pytest_unconfigure(config):
