@@ -5,10 +5,10 @@ closure or a new process compiles what an earlier test already compiled). JAX's 
 cache, keyed by the program, the jax version, the XLA flags and the device kind, serves
 those repeats from disk. Its key here includes the program's metadata (op names, source
 lines): without it a cached program would bring another program's op names, which
-`tx profile` sorts thunks by. The cache lives in a temporary folder
-made for the run and removed after it, so every run starts empty; child processes inherit
-it through the environment. `tx bench` leaves it out of its measurement processes
-(tx/bench/worker.py), whose compile times must be real.
+`tx profile` sorts thunks by. The cache lives in a temporary folder made for the run and
+removed after it, so every run starts empty; child processes inherit it through the
+environment. `tx bench` leaves it out of its measurement processes (tx/bench/worker.py),
+whose compile times must be real.
 """
 
 import os
