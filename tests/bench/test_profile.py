@@ -64,6 +64,16 @@ def test_a_custom_call_is_sorted_by_the_layer_that_makes_it():
   assert profile.hlo_categories(hlo)['buffer_callback.1'][0] == 'dense GEMM'
 
 
+def test_the_norm_beside_attention_is_a_norm():
+  line = ('  %add.1 = f32[8,4]{1,0} add(%a, %a), metadata={op_name="jit(step)/jvp(M)/encoder/'
+          'layer_0/layer_0._residual/LAYER/add"}')
+  hlo = 'ENTRY %main (a: f32[8,4]) -> f32[8,4] {\n' + line.replace('LAYER', 'self_attention_norm')
+  hlo += '\n}\n'
+  assert profile.hlo_categories(hlo)['add.1'][0] == 'norm'
+  hlo = hlo.replace('self_attention_norm', 'self_attention')
+  assert profile.hlo_categories(hlo)['add.1'][0] == 'attention'
+
+
 @pytest.mark.parametrize('key, parents, kind', [
     ('aten::mm', ['autograd::engine::evaluate_function: MmBackward0'], 'dense GEMM'),
     ('aten::addmm', [], 'dense GEMM'),

@@ -78,7 +78,8 @@ def hlo_categories(hlo: str) -> dict[str, tuple[str, str]]:
 
 
 def _category(opcode: str, body: str, op_name: str) -> str:
-  attention = ('self_attention' in op_name or 'cross_attention' in op_name) and not re.search(
+  # the attention layer itself, not the norm beside it (`self_attention_norm`) nor its projections
+  attention = bool(re.search(r'/(?:self|cross)_attention(?:/|$)', op_name)) and not re.search(
       r'_proj/|/out/', op_name)
   if opcode == 'custom-call' and 'callback' in body:
     return 'attention' if attention else 'dense GEMM'  # torch's kernels (tx/ops/torch_*.py)
