@@ -21,7 +21,7 @@ from tx.config.base import ConfigError, parse_overrides
 from tx.runs import tune
 
 TINY = ['model.d_model=32', 'model.num_heads=2', 'model.d_ff=64', 'model.num_layers=1',
-        'model.max_len=16', 'data.seq_len=16', 'train.batch_size=4']
+        'model.max_len=16', 'data.seq_len=16', 'train.batch_size=4', 'model.norm=layernorm']
 ONEDNN = '--xla_cpu_use_onednn=true'
 
 
@@ -36,7 +36,8 @@ def tuned(tmp_path_factory):
   said = []
   candidates = {'default': '', 'onednn': ONEDNN}
   if importlib.util.find_spec('torch'):
-    candidates.update(tune.MODEL_CANDIDATES)  # torch_attention, torch_matmul, both
+    candidates.update(tune.MODEL_CANDIDATES)  # torch_attention, torch_matmul, both, + norms
+    del candidates['torch_matmul_norm']  # its settings reach the step as the others' do
   candidates['default_4_per_call'] = tune.known_candidates()['default_4_per_call']
   entry = tune.tune(_cfg(), candidates=candidates, steps=1, warmup=0, rounds=1, env=env,
                     say=said.append)
@@ -281,19 +282,29 @@ def test_a_model_candidate_reaches_its_step(tuned):
   assert details['torch_attention']['matmul_impl'] == 'auto'
   both = details['torch_attention_matmul']
   assert both['attention_impl'] == both['matmul_impl'] == 'torch'
+  assert both['norm_impl'] == 'auto'
+  every = details['torch_attention_matmul_norm']
+  assert every['attention_impl'] == every['matmul_impl'] == every['norm_impl'] == 'torch'
   for name in ('default', 'onednn'):
     assert details[name]['attention_impl'] == details[name]['matmul_impl'] == 'auto'
+    assert details[name]['norm_impl'] == 'auto'
 
 
 def test_model_candidates_are_timed_only_where_tx_chooses_the_setting(monkeypatch):
   pytest.importorskip('torch')
   assert set(tune.model_candidates(_cfg())) == {'torch_attention', 'torch_matmul',
-                                                'torch_attention_matmul'}
+                                                'torch_attention_matmul',
+                                                'torch_attention_matmul_norm'}
   for setting in ('model.attention_impl=xla', 'model.position=alibi',
                   'model.attention_softcap=30', 'model.attention_dropout=0.1'):
-    assert set(tune.model_candidates(_cfg(setting))) == {'torch_matmul'}, setting
+    assert set(tune.model_candidates(_cfg(setting))) == {'torch_matmul',
+                                                         'torch_matmul_norm'}, setting
   for setting in ('model.matmul_impl=xla', 'model.dtype=float16'):
     assert set(tune.model_candidates(_cfg(setting))) == {'torch_attention'}, setting
+  # torch's norms only where tx chooses them and the norms are LayerNorms
+  for setting in ('model.norm_impl=xla', 'model.norm=rmsnorm'):
+    assert set(tune.model_candidates(_cfg(setting))) == {
+        'torch_attention', 'torch_matmul', 'torch_attention_matmul'}, setting
   # torch's bf16 GEMM only where the host has bf16 arithmetic (or its ISA is unknown)
   bf16 = _cfg('model.dtype=bfloat16')
   for isa, has in (({'avx2': True}, False), ({'avx512_bf16': True}, True),
@@ -329,6 +340,11 @@ def test_a_chosen_model_setting_is_cached_and_applied_by_train_unless_set(tmp_pa
   matmul = {'model_overrides': {'matmul_impl': 'torch'}}
   assert tune.with_choice(_cfg(), matmul, said.append).model.matmul_impl == 'torch'
   assert 'model.matmul_impl=torch' in said[-1]
+  norms = {'model_overrides': tune.MODEL_CANDIDATES['torch_attention_matmul_norm']['model']}
+  assert tune.with_choice(_cfg(), norms, said.append).model.norm_impl == 'torch'
+  assert 'model.norm_impl=torch' in said[-1]
+  assert tune.with_choice(_cfg('model.norm_impl=xla'), norms, said.append).model.norm_impl \
+      == 'xla'
   both = {'model_overrides': tune.MODEL_CANDIDATES['torch_attention_matmul']['model']}
   assert tune.with_choice(_cfg('model.attention_impl=xla'), both, said.append).model \
       .attention_impl == 'xla'  # one of them set by the user: neither is applied
@@ -353,7 +369,8 @@ def test_per_call_candidates_are_timed_only_where_tx_chooses_the_setting(monkeyp
   both = tune.per_call_candidates(_cfg(), {'default': '', 'onednn': ONEDNN,
                                            **tune.MODEL_CANDIDATES})
   assert set(both) == {'default_4_per_call', 'torch_attention_4_per_call',
-                       'torch_matmul_4_per_call', 'torch_attention_matmul_4_per_call'}
+                       'torch_matmul_4_per_call', 'torch_attention_matmul_4_per_call',
+                       'torch_matmul_norm_4_per_call', 'torch_attention_matmul_norm_4_per_call'}
   assert both['torch_attention_4_per_call'] == {'xla_flags': '',
                                                 'model': {'attention_impl': 'torch'},
                                                 'train': {'steps_per_call': 4}}

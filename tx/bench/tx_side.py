@@ -18,7 +18,8 @@ ablate_attention (train: every attention replaced by `attention_stand_in`; the p
 the same, so the two steps' times with and without it give what attention costs in each);
 attention_impl (model.attention_impl: 'auto', the default, takes cuDNN on a GPU in bf16;
 'xla' forces XLA's; 'torch' is torch's CPU flash kernel); matmul_impl (model.matmul_impl:
-'torch' puts the dense products in torch's CPU GEMM); decoding: prompt_len, new, repeats. platform ('cpu' | 'gpu', set by
+'torch' puts the dense products in torch's CPU GEMM); norm_impl (model.norm_impl: 'torch'
+puts the norms in torch's CPU kernels); decoding: prompt_len, new, repeats. platform ('cpu' | 'gpu', set by
 tx/bench/worker.py): a 'gpu' measurement refuses to run on anything but a GPU, and adds
 device_peak_bytes (the allocator's high-water mark) to a training result.
 """
@@ -82,7 +83,8 @@ def model_config(spec: dict) -> ModelConfig:
                      dtype=spec.get('dtype', 'float32'), scan_layers=spec.get('scan', False),
                      remat=spec.get('remat', 'none'),
                      attention_impl=spec.get('attention_impl', 'auto'),
-                     matmul_impl=spec.get('matmul_impl', 'auto'), **layers,
+                     matmul_impl=spec.get('matmul_impl', 'auto'),
+                     norm_impl=spec.get('norm_impl', 'auto'), **layers,
                      **_ARCH[family])
 
 

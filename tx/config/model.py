@@ -133,6 +133,10 @@ class ModelConfig:
   # PyTorch's CPU GEMM through a callback ('torch', float32 / bfloat16; tx/ops/torch_matmul.py).
   # 'auto' is XLA's unless `tx tune` timed torch's faster on this host for this step.
   matmul_impl: str = choice('auto', 'xla', 'torch')
+  # The model's LayerNorms (blocks, embeddings, heads; not per-head q/k norms): XLA's, or
+  # PyTorch's CPU kernel through callbacks ('torch', model.norm=layernorm; tx/ops/torch_norm.py).
+  # 'auto' is XLA's unless `tx tune` timed torch's faster on this host for this step.
+  norm_impl: str = choice('auto', 'xla', 'torch')
   # Causal self-attention without a cache (training, eval) in query blocks that skip the
   # masked keys (ops.dot_product_attention): 0 = one block per 64 queries, at most 4;
   # 1 = one block (the full L x L scores); n = n blocks. Same result either way.
@@ -151,6 +155,11 @@ class ModelConfig:
   def matmul(self) -> str:
     """The dense products' implementation the layers get: 'torch' or 'xla'."""
     return 'torch' if self.matmul_impl == 'torch' else 'xla'
+
+  @property
+  def norm_kernels(self) -> str:
+    """The norms' implementation the layers get: 'torch' or 'xla'."""
+    return 'torch' if self.norm_impl == 'torch' else 'xla'
 
   @property
   def torch_attention_conflict(self) -> str:
@@ -212,6 +221,9 @@ class ModelConfig:
     if self.matmul_impl == 'torch' and self.dtype not in ('float32', 'bfloat16'):
       fail('model.matmul_impl', f"'torch' (PyTorch's CPU GEMM) takes float32 or bfloat16, "
            f'not model.dtype={self.dtype}; use xla or auto')
+    if self.norm_impl == 'torch' and self.norm != 'layernorm':
+      fail('model.norm_impl', "'torch' (PyTorch's CPU LayerNorm) takes model.norm=layernorm, "
+           f'not {self.norm}; use xla or auto')
     if self.attention_impl == 'torch' and self.torch_attention_conflict:
       fail('model.attention_impl', f"'torch' (PyTorch's CPU flash kernel) takes no "
            f'{self.torch_attention_conflict}; use xla or auto')

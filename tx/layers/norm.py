@@ -6,8 +6,9 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from tx.config.base import choice, config
+from tx.config.base import choice, config, fail
 from tx.layers.common import dtype, partitioned
+from tx.ops import torch_norm
 
 
 @config
@@ -19,6 +20,13 @@ class NormConfig:
   scale_offset: bool = False  # True: multiply by (1 + scale), scale initialised at 0 (Gemma)
   dtype: str = 'float32'
   param_dtype: str = 'float32'
+  # 'torch': PyTorch's CPU LayerNorm kernels through callbacks (tx/ops/torch_norm.py); XLA's
+  # off the CPU. LayerNorm only: torch has no CPU kernel for a fused RMSNorm's backward.
+  impl: str = choice('xla', 'torch')
+
+  def validate(self):
+    if self.impl == 'torch' and self.kind != 'layernorm':
+      fail('impl', f"'torch' (PyTorch's CPU LayerNorm) takes kind=layernorm, not {self.kind!r}")
 
 
 class Norm(nn.Module):
@@ -38,17 +46,23 @@ class Norm(nn.Module):
   def __call__(self, x):
     cfg = self.cfg
     d = x.shape[-1]
-    x32 = x.astype(jnp.float32)
-    if cfg.kind == 'layernorm':
-      x32 = x32 - jnp.mean(x32, axis=-1, keepdims=True)
-    var = jnp.mean(jnp.square(x32), axis=-1, keepdims=True)
-    y = x32 * jax.lax.rsqrt(var + cfg.eps)
     init = nn.initializers.zeros if cfg.scale_offset else nn.initializers.ones
     scale = self.param('scale', partitioned(init, (cfg.axis,)), (d,), dtype(cfg.param_dtype))
     scale = scale.astype(jnp.float32)
-    y = y * (1.0 + scale if cfg.scale_offset else scale)
+    scale = 1.0 + scale if cfg.scale_offset else scale
+    bias = None
     if cfg.kind == 'layernorm' and cfg.use_bias:
       bias = self.param('bias', partitioned(nn.initializers.zeros, (cfg.axis,)), (d,),
-                        dtype(cfg.param_dtype))
-      y = y + bias.astype(jnp.float32)
+                        dtype(cfg.param_dtype)).astype(jnp.float32)
+    x32 = x.astype(jnp.float32)
+    if cfg.impl == 'torch' and torch_norm.on_this_backend():
+      bias = jnp.zeros((d,), jnp.float32) if bias is None else bias
+      y = torch_norm.torch_layer_norm(x32.reshape(-1, d), scale, bias, cfg.eps)
+      return y.reshape(x.shape).astype(dtype(cfg.dtype))
+    if cfg.kind == 'layernorm':
+      x32 = x32 - jnp.mean(x32, axis=-1, keepdims=True)
+    var = jnp.mean(jnp.square(x32), axis=-1, keepdims=True)
+    y = x32 * jax.lax.rsqrt(var + cfg.eps) * scale
+    if bias is not None:
+      y = y + bias
     return y.astype(dtype(cfg.dtype))

@@ -26,7 +26,7 @@ from tx.layers.relative_bias import RelativeBiasConfig, RelativePositionBias
 def norm_config(cfg: ModelConfig) -> NormConfig:
   return NormConfig(kind=cfg.norm, eps=cfg.norm_eps, use_bias=cfg.norm_bias,
                     scale_offset=cfg.norm_scale_offset, dtype=cfg.dtype,
-                    param_dtype=cfg.param_dtype)
+                    param_dtype=cfg.param_dtype, impl=cfg.norm_kernels)
 
 
 def rope_scaling_config(cfg: ModelConfig) -> RopeScalingConfig:

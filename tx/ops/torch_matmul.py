@@ -10,7 +10,7 @@ nothing is copied or allocated around the GEMM. `tx tune` times it on the run's 
 
 A CPU path: on another backend (a run tuned on a CPU, decoded on a GPU) the products are
 XLA's, with a warning. Under a multi-device mesh each device multiplies its share of the rows
-(`_per_device`) and the weight gradient is summed over the devices.
+(`tx.ops.torch_host.per_device`) and the weight gradient is summed over the devices.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import jax.numpy as jnp
 from jax.ad_checkpoint import checkpoint_name
 from jax.experimental.buffer_callback import buffer_callback
 
-from tx.ops.torch_host import torch_module
+from tx.ops.torch_host import per_device, torch_module
 
 _DTYPES = (jnp.float32, jnp.bfloat16)
 # remat policies that save products (tx/models/stack.py) also save outputs of this name:
@@ -76,33 +76,9 @@ def _gradients(g_MN, x_MK, w_KN):
   return buffer_callback(_gradients_into, shapes, vmap_method='sequential')(g_MN, x_MK, w_KN)
 
 
-def _per_device(fn, rows: tuple, weight, row_outputs: int, summed_outputs: int = 0):
-  """fn(*rows, weight) -> a tuple, under a multi-device mesh (`jax.set_mesh`), where XLA
-  cannot partition a host callback: each device takes its share of the rows of `rows`
-  (when the devices divide them) and the whole weight. fn's first `row_outputs` results
-  are split by rows like `rows`, the next `summed_outputs` summed over the devices.
-  Without a mesh, fn itself."""
-  mesh = jax.sharding.get_abstract_mesh()
-  if mesh.empty or mesh.size == 1:
-    return fn(*rows, weight)
-  P = jax.sharding.PartitionSpec
-  axes = tuple(mesh.axis_names)
-  split = rows[0].shape[0] % mesh.size == 0
-  row_spec = P(axes) if split else P()
-
-  def body(*args):
-    out = fn(*args)
-    summed = tuple(jax.lax.psum(o, axes) if split else o for o in out[row_outputs:])
-    return tuple(out[:row_outputs]) + summed
-
-  return jax.shard_map(body, mesh=mesh, in_specs=(row_spec,) * len(rows) + (P(),),
-                       out_specs=(row_spec,) * row_outputs + (P(),) * summed_outputs,
-                       check_vma=False)(*rows, weight)
-
-
 @jax.custom_vjp
 def _matmul(x_MK, w_KN):
-  return _per_device(_product, (x_MK,), w_KN, 1)[0]
+  return per_device(_product, (x_MK,), (w_KN,), 1)[0]
 
 
 def _matmul_fwd(x_MK, w_KN):
@@ -111,7 +87,8 @@ def _matmul_fwd(x_MK, w_KN):
 
 def _matmul_bwd(residuals, g_MN):
   x_MK, w_KN = residuals
-  return _per_device(_gradients, (g_MN.astype(x_MK.dtype), x_MK), w_KN, 1, 1)
+  return per_device(_gradients, (g_MN.astype(x_MK.dtype), x_MK), (w_KN,), 1, 1)
 
 
 _matmul.defvjp(_matmul_fwd, _matmul_bwd)
+

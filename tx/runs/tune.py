@@ -9,7 +9,7 @@ Which XLA:CPU settings win depends on the CPU (benchmarks/NOTES.md: what wins on
 EPYC loses on the Intel Xeon) and on the step's shapes, so tx measures instead of keeping a
 table of hosts. Each candidate in `CANDIDATES` (a set of XLA flags), each of
 `MODEL_CANDIDATES` that applies (torch's CPU attention kernel, torch's GEMM for the dense
-layers), and, where the config leaves train.steps_per_call to tx, XLA's defaults and each
+layers, torch's norms), and, where the config leaves train.steps_per_call to tx, XLA's defaults and each
 model candidate again at PER_CALL steps per compiled call, compiles the experiment's
 real training step (its model, optimizer, dropout and batch shapes, on synthetic tokens) in a
 fresh process, as `tx bench` does, and times `steps` steps after `warmup`, in `rounds`
@@ -29,10 +29,10 @@ once.
 
 `tx train` looks the run up before JAX starts its backend and appends the chosen flags to
 XLA_FLAGS; a flag you already set in XLA_FLAGS wins over the cached one. A chosen model
-setting (model.attention_impl or model.matmul_impl) replaces it only where the config left
-it 'auto', and a chosen train.steps_per_call only where the config left it None; in a
-multi-process job every process takes process 0's (hosts may have cached different choices,
-and every process must compile the same program). TX_TUNE=0 (or
+setting (model.attention_impl, model.matmul_impl or model.norm_impl) replaces it only where
+the config left it 'auto', and a chosen train.steps_per_call only where the config left it
+None; in a multi-process job every process takes process 0's (hosts may have cached
+different choices, and every process must compile the same program). TX_TUNE=0 (or
 `tx train --no-tune`) turns the lookup off; `tx tune --force` measures again.
 """
 
@@ -63,11 +63,16 @@ CANDIDATES = {
 # can beat XLA:CPU's one-core batched products (benchmarks/NOTES.md, attempt 47).
 # torch_matmul: the dense layers' products in PyTorch's CPU GEMM (tx/ops/torch_matmul.py),
 # ahead of XLA's on the Intel AMX host, most of all in bf16 (attempt 48);
-# torch_attention_matmul: both, where both apply.
+# torch_attention_matmul: both, where both apply. The norms in torch's kernels
+# (tx/ops/torch_norm.py) are timed with every other torch kernel that applies:
+# torch_attention_matmul_norm, or torch_matmul_norm where torch's attention does not apply.
 MODEL_CANDIDATES = {
     'torch_attention': {'model': {'attention_impl': 'torch'}},
     'torch_matmul': {'model': {'matmul_impl': 'torch'}},
     'torch_attention_matmul': {'model': {'attention_impl': 'torch', 'matmul_impl': 'torch'}},
+    'torch_matmul_norm': {'model': {'matmul_impl': 'torch', 'norm_impl': 'torch'}},
+    'torch_attention_matmul_norm': {'model': {'attention_impl': 'torch', 'matmul_impl': 'torch',
+                                              'norm_impl': 'torch'}},
 }
 # train.steps_per_call timed beside 1 where the config leaves it to tx (None): XLA's defaults
 # and each model candidate, PER_CALL steps per compiled call. On the CPU a call's scratch
@@ -100,7 +105,9 @@ def model_candidates(cfg, host: dict | None = None) -> dict:
   kernel lacks (an attention bias, soft-cap or dropout); torch_matmul where matmul_impl is
   'auto' and the compute dtype is float32, or bfloat16 on a `host` (a `tx.bench.host.probe`
   record) not known to lack bf16 arithmetic (torch emulates a bf16 GEMM there, many times
-  slower than XLA's); torch_attention_matmul where both apply."""
+  slower than XLA's); torch_attention_matmul where both apply; where norm_impl is 'auto'
+  too (and the norms LayerNorms), the candidate with every one of them and torch's norms
+  (torch_attention_matmul_norm, or torch_matmul_norm where attention does not apply)."""
   import importlib.util  # pylint: disable=g-import-not-at-top
   from tx.bench import host as host_lib  # pylint: disable=g-import-not-at-top
   if importlib.util.find_spec('torch') is None:
@@ -113,6 +120,9 @@ def model_candidates(cfg, host: dict | None = None) -> dict:
     out['torch_matmul'] = MODEL_CANDIDATES['torch_matmul']
   if len(out) == 2:
     out['torch_attention_matmul'] = MODEL_CANDIDATES['torch_attention_matmul']
+  if 'torch_matmul' in out and model.norm_impl == 'auto' and model.norm == 'layernorm':
+    name = 'torch_attention_matmul_norm' if len(out) > 1 else 'torch_matmul_norm'
+    out[name] = MODEL_CANDIDATES[name]
   return out
 
 
@@ -468,7 +478,7 @@ def time_step(spec: dict) -> dict:
   (`compiled_step`) and times it on synthetic batches of its shapes. Returns step_time_s
   (median over the calls that make spec['steps'] timed steps, after those that make
   spec['warmup']; a call of K steps counts as K steps of a K-th of its time),
-  step_time_min_s, compile_s, platform, attention_impl, matmul_impl (after
+  step_time_min_s, compile_s, platform, attention_impl, matmul_impl, norm_impl (after
   spec['model_overrides']), steps_per_call (after spec['train_overrides']), xla_flags."""
   import jax  # pylint: disable=g-import-not-at-top
   compiled, state, batch, cfg, compile_s = compiled_step(spec)
@@ -483,6 +493,7 @@ def time_step(spec: dict) -> dict:
   return {'step_time_s': statistics.median(times), 'step_time_min_s': min(times),
           'compile_s': compile_s, 'platform': jax.devices()[0].platform,
           'attention_impl': cfg.model.attention_impl, 'matmul_impl': cfg.model.matmul_impl,
+          'norm_impl': cfg.model.norm_impl,
           'steps_per_call': per_call, 'xla_flags': os.environ.get('XLA_FLAGS', '')}
 
 
