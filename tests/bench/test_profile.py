@@ -62,6 +62,8 @@ def test_a_custom_call_is_sorted_by_the_layer_that_makes_it():
   assert profile.hlo_categories(hlo)['buffer_callback.1'][0] == 'attention'
   hlo = hlo.replace('self_attention', 'self_attention/self_attention._proj')
   assert profile.hlo_categories(hlo)['buffer_callback.1'][0] == 'dense GEMM'
+  hlo = hlo.replace('self_attention/self_attention._proj', 'self_attention_norm')
+  assert profile.hlo_categories(hlo)['buffer_callback.1'][0] == 'norm'  # torch's LayerNorm
 
 
 def test_the_norm_beside_attention_is_a_norm():

@@ -8,8 +8,9 @@ tx (`tx_step`): `jax.profiler.trace` around `profile_calls` compiled calls, afte
 Each thunk of the trace is matched with its instruction in the optimized HLO and sorted by
 what it computes and where `op_name` puts it: a dot with batch dimensions, or anything else
 under a self- or cross-attention layer but its projections, is attention; a dot otherwise, or
-torch's GEMM callback (tx/ops/torch_matmul.py), a dense GEMM; ops under a `*_norm` layer
-the norms; ops outside the model's forward and backward the optimizer (and clipping).
+torch's GEMM callback (tx/ops/torch_matmul.py), a dense GEMM; ops under a `*_norm` layer,
+torch's LayerNorm callbacks among them (tx/ops/torch_norm.py), the norms; ops outside the
+model's forward and backward the optimizer (and clipping).
 A category's time is the wall time during which any of its thunks ran (the union over
 XLA's threads): categories can overlap, so the column need not add up to the step.
 Peer (`peer_step`): `torch.profiler` around the same number of steps; a category is the self
@@ -81,8 +82,8 @@ def _category(opcode: str, body: str, op_name: str) -> str:
   # the attention layer itself, not the norm beside it (`self_attention_norm`) nor its projections
   attention = bool(re.search(r'/(?:self|cross)_attention(?:/|$)', op_name)) and not re.search(
       r'_proj/|/out/', op_name)
-  if opcode == 'custom-call' and 'callback' in body:
-    return 'attention' if attention else 'dense GEMM'  # torch's kernels (tx/ops/torch_*.py)
+  if opcode == 'custom-call' and 'callback' in body:  # torch's kernels (tx/ops/torch_*.py)
+    return 'attention' if attention else 'norm' if '_norm/' in op_name else 'dense GEMM'
   if attention and (' dot(' not in body or 'lhs_batch_dims' in body):
     return 'attention'
   if ' dot(' in body:

@@ -1,0 +1,69 @@
+"""Variants of a `tx bench` case's training step, compiled in ONE process and timed in turn.
+
+  python benchmarks/step_ab.py bert_6l_torch_kernels_4_per_call \
+      --variant base '{}' --variant norms '{"norm_impl": "torch"}' --variant base_again '{}'
+
+The project's hosts move by up to a third between processes minutes apart
+(benchmarks/NOTES.md, attempt 52), more than most settings are worth, so a comparison of
+two processes says little. Here every variant (the case's spec with some keys set
+otherwise: any key `tx.bench.tx_side` reads, e.g. attention_impl, matmul_impl, norm_impl,
+steps_per_call) is compiled in this one process, warmed up, and then one call of each is
+timed in turn, `--rounds` times, the order reversed every other round. Printed per variant:
+the median and fastest seconds a step, every call's, and the median against the first
+variant's. Name one variant twice (as above) for an A/A control: the spread of a ratio
+that should be 1.000 is this run's noise. Run it under tx's glibc tunables
+(`GLIBC_TUNABLES` from tx/malloc_tuning.py: `tx bench` sets them for its measurements).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+
+def main(argv=None) -> int:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument('case', help='a case of `tx bench` (tx/bench/cases.py SUITE)')
+  parser.add_argument('--variant', nargs=2, action='append', metavar=('NAME', 'JSON'),
+                      required=True, help='a name and the spec keys it sets (JSON object)')
+  parser.add_argument('--rounds', type=int, default=8)
+  parser.add_argument('--warmup', type=int, default=2, help='untimed calls of each variant')
+  args = parser.parse_args(argv)
+
+  import jax  # pylint: disable=g-import-not-at-top  (after argparse: --help stays fast)
+  from tx.bench import cases, tx_side  # pylint: disable=g-import-not-at-top
+  base = next((c.spec for c in cases.SUITE if c.name == args.case), None)
+  if base is None:
+    parser.error(f'no case {args.case!r}; the cases: {", ".join(c.name for c in cases.SUITE)}')
+
+  variants = {}
+  for name, settings in args.variant:
+    compiled, state, batch, cfg, _, _ = tx_side.compiled_train_step(
+        dict(base, **json.loads(settings)))
+    for _ in range(args.warmup):
+      state, metrics = compiled(state, batch)
+      jax.block_until_ready(metrics)
+    variants[name] = {'call': compiled, 'state': state, 'batch': batch,
+                      'per_call': cfg.train.per_call, 'times': []}
+
+  for r in range(args.rounds):
+    for name in (list(variants) if r % 2 == 0 else list(reversed(variants))):
+      v = variants[name]
+      start = time.perf_counter()
+      v['state'], metrics = v['call'](v['state'], v['batch'])
+      jax.block_until_ready(metrics)
+      v['times'].append((time.perf_counter() - start) / v['per_call'])
+
+  first = statistics.median(next(iter(variants.values()))['times'])
+  for name, v in variants.items():
+    median = statistics.median(v['times'])
+    print(f'{name:<16} {median * 1e3:8.1f} ms a step (fastest {min(v["times"]) * 1e3:.1f}), '
+          f'{median / first:.3f}x the first; every call: '
+          + ' '.join(f'{t * 1e3:.0f}' for t in v['times']))
+  return 0
+
+
+if __name__ == '__main__':
+  raise SystemExit(main())
