@@ -3,6 +3,7 @@
 import importlib.util
 
 import flax.linen as nn
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -82,8 +83,8 @@ CASES = [dict(position=p) for p in POSITIONS] + [
     # GQA (4 query heads) with scanned layers; slow: jit compiles of encode, prefill and step
     pytest.param(dict(position='rope', num_kv_heads=2, scan_layers=True),
                  marks=pytest.mark.slow),
-    # torch's CPU kernels: attention over the cache and every dense product (host callbacks
-    # in each layer and step)
+    # torch's CPU kernels in the config: the full forward runs them, cached decoding XLA's
+    # (test_cached_decoding_runs_xlas_kernels)
     pytest.param(dict(position='rope', num_kv_heads=2, attention_impl='torch',
                       matmul_impl='torch'),
                  marks=pytest.mark.skipif(importlib.util.find_spec('torch') is None,
@@ -101,3 +102,18 @@ def test_cached_decoding_equals_full_forward(tm, family, extra):
   cached = _cached_logits(tm, tx.build_model(cfg, decode=True), variables['params'], tm.TOKENS,
                           tm.SOURCE)
   np.testing.assert_allclose(cached, full, atol=ATOL)
+
+
+def test_cached_decoding_runs_xlas_kernels(tm):
+  """A config whose training step runs torch's kernels (`tx tune`'s choice) decodes with
+  XLA's: no host callback in the cached step, whatever the config says."""
+  pytest.importorskip('torch')
+  cfg = tm.tiny('decoder', attention_impl='torch', matmul_impl='torch', norm_impl='torch')
+  model = tx.build_model(cfg, decode=True)
+  assert (model.cfg.attention_impl, model.cfg.matmul_impl, model.cfg.norm_impl) == ('auto',) * 3
+  _, variables = tm.build(cfg)
+  from tx.decode.generate import generate_lm  # pylint: disable=import-outside-toplevel
+  jaxpr = str(jax.make_jaxpr(lambda p: generate_lm(cfg, p, tm.TOKENS, jax.random.key(0),
+                                                   max_new=2))(variables['params']))
+  assert 'callback' not in jaxpr
+  assert 'callback' in str(jax.make_jaxpr(tx.build_model(cfg).apply)(variables, tm.TOKENS))

@@ -10,8 +10,18 @@ from tx.config.model import ModelConfig
 from tx.models.families import DecoderOnly, EncoderDecoder, EncoderOnly
 
 
+# Settings that put PyTorch's CPU kernels into XLA's program through host callbacks: a
+# training step's choice (`tx tune`). A cached decoding step multiplies a few rows, where each
+# callback's hand-off costs more than the kernel saves (gpt_6l on the Intel 167 host: 5x
+# slower at batch 1, 3x at batch 8; benchmarks/NOTES.md attempt 75), so decoding runs XLA's.
+TORCH_KERNEL_SETTINGS = ('attention_impl', 'matmul_impl', 'norm_impl')
+
+
 def build_model(cfg: ModelConfig, *, decode: bool = False) -> nn.Module:
-  """The network for `cfg.family`; `decode=True` builds the cached-generation variant."""
+  """The network for `cfg.family`; `decode=True` builds the cached-generation variant,
+  which runs XLA's kernels where `cfg` asks for torch's (`TORCH_KERNEL_SETTINGS`)."""
+  if decode:
+    cfg = cfg.replace(**{k: 'auto' for k in TORCH_KERNEL_SETTINGS if getattr(cfg, k) == 'torch'})
   if cfg.family == 'decoder':
     return DecoderOnly(cfg, decode=decode)
   if cfg.family == 'encoder':
