@@ -51,29 +51,27 @@ def test_torchs_kernels_in_the_step_land_in_their_categories(xla_profile):
   assert not any(o.startswith('buffer_callback') for o, _, _ in xla_profile['top']['dense GEMM'])
 
 
+def _category(instruction: str, op_name: str) -> str:
+  """The category of the one-instruction HLO module `instruction` (named `%op.1`) under
+  `op_name`."""
+  line = f'  %op.1 = f32[8,4]{{1,0}} {instruction}, metadata={{op_name="{op_name}"}}'
+  hlo = 'ENTRY %main (a: f32[8,4]) -> f32[8,4] {\n' + line + '\n}\n'
+  return profile.hlo_categories(hlo)['op.1'][0]
+
+
 def test_a_custom_call_is_sorted_by_the_layer_that_makes_it():
-  line = ('  %buffer_callback.1 = f32[8,4]{1,0} custom-call(%a, %b), custom_call_target='
-          '"xla_buffer_python_cpu_callback", metadata={op_name="jit(step)/jvp(M)/encoder/'
-          'LAYER/buffer_callback"}')
-  hlo = 'ENTRY %main (a: f32[8,4]) -> f32[8,4] {\n' + line.replace('LAYER', 'layer_0/ffn/wi')
-  hlo += '\n}\n'
-  assert profile.hlo_categories(hlo)['buffer_callback.1'][0] == 'dense GEMM'
-  hlo = hlo.replace('layer_0/ffn/wi', 'layer_0/self_attention')
-  assert profile.hlo_categories(hlo)['buffer_callback.1'][0] == 'attention'
-  hlo = hlo.replace('self_attention', 'self_attention/self_attention._proj')
-  assert profile.hlo_categories(hlo)['buffer_callback.1'][0] == 'dense GEMM'
-  hlo = hlo.replace('self_attention/self_attention._proj', 'self_attention_norm')
-  assert profile.hlo_categories(hlo)['buffer_callback.1'][0] == 'norm'  # torch's LayerNorm
+  callback = ('custom-call(%a, %b), custom_call_target="xla_buffer_python_cpu_callback"')
+  under = lambda layer: _category(callback, f'jit(step)/jvp(M)/encoder/{layer}/buffer_callback')
+  assert under('layer_0/ffn/wi') == 'dense GEMM'
+  assert under('layer_0/self_attention') == 'attention'
+  assert under('layer_0/self_attention/self_attention._proj') == 'dense GEMM'
+  assert under('layer_0/self_attention_norm') == 'norm'  # torch's LayerNorm
 
 
 def test_the_norm_beside_attention_is_a_norm():
-  line = ('  %add.1 = f32[8,4]{1,0} add(%a, %a), metadata={op_name="jit(step)/jvp(M)/encoder/'
-          'layer_0/layer_0._residual/LAYER/add"}')
-  hlo = 'ENTRY %main (a: f32[8,4]) -> f32[8,4] {\n' + line.replace('LAYER', 'self_attention_norm')
-  hlo += '\n}\n'
-  assert profile.hlo_categories(hlo)['add.1'][0] == 'norm'
-  hlo = hlo.replace('self_attention_norm', 'self_attention')
-  assert profile.hlo_categories(hlo)['add.1'][0] == 'attention'
+  under = lambda layer: _category('add(%a, %a)', f'jit(step)/jvp(M)/encoder/layer_0/{layer}/add')
+  assert under('layer_0._residual/self_attention_norm') == 'norm'
+  assert under('layer_0._residual/self_attention') == 'attention'
 
 
 @pytest.mark.parametrize('key, parents, kind', [

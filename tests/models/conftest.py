@@ -98,9 +98,18 @@ def jitted(model):
   return _JITTED[key]
 
 
+def loss_and_grads(cfg, variables, **settings):
+  """(loss, gradients) of sum(sin(outputs)) for `cfg` with `settings` (e.g. an
+  implementation's), jitted: what two implementations of one model must agree on."""
+  model = tx.build_model(cfg.replace(**settings))
+  args = inputs(cfg)
+  return jax.jit(jax.value_and_grad(lambda v: jnp.sum(jnp.sin(model.apply(v, *args)))))(variables)
+
+
 @pytest.fixture(scope='session')
 def tm():
   """The helpers above ("tiny models"): conftest modules are not importable by name."""
   return types.SimpleNamespace(tiny=tiny, inputs=inputs, build=build, jitted=jitted,
                                init_cache=init_cache, random_params=random_params,
-                               TOKENS=TOKENS, SOURCE=SOURCE, VOCAB=VOCAB)
+                               loss_and_grads=loss_and_grads, TOKENS=TOKENS, SOURCE=SOURCE,
+                               VOCAB=VOCAB)

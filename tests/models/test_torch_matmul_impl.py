@@ -1,7 +1,6 @@
 """model.matmul_impl=torch: every family's loss and gradients as with 'xla'."""
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -16,14 +15,8 @@ def test_torch_matmul_equals_xla_in_every_family(tm, family):
   a scanned and rematerialised stack: the loss and every parameter's gradient agree."""
   cfg = tm.tiny(family, ffn='swiglu', scan_layers=True, remat='dots_no_batch')
   _, variables = tm.build(cfg)
-  args = tm.inputs(cfg)
-
-  def loss_and_grads(impl):
-    model = tx.build_model(cfg.replace(matmul_impl=impl))
-    loss = lambda v: jnp.sum(jnp.sin(model.apply(v, *args)))
-    return jax.jit(jax.value_and_grad(loss))(variables)
-
-  (loss_xla, grads_xla), (loss_torch, grads_torch) = loss_and_grads('xla'), loss_and_grads('torch')
+  loss_xla, grads_xla = tm.loss_and_grads(cfg, variables, matmul_impl='xla')
+  loss_torch, grads_torch = tm.loss_and_grads(cfg, variables, matmul_impl='torch')
   np.testing.assert_allclose(loss_torch, loss_xla, rtol=1e-5)
   jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5),
                          grads_torch, grads_xla)

@@ -1,7 +1,6 @@
 """model.norm_impl=torch: a model's LayerNorms in torch's CPU kernel, loss and gradients as XLA's."""
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -17,19 +16,13 @@ pytest.importorskip('torch')
 def test_torch_norms_equal_xlas(tm, family, settings):
   cfg = tm.tiny(family, **settings)
   _, variables = tm.build(cfg)  # random norm scales and biases
-  args = tm.inputs(cfg)
-
-  def loss_and_grads(impl):
-    model = tx.build_model(cfg.replace(norm_impl=impl))
-    loss = lambda v: jnp.sum(jnp.sin(model.apply(v, *args)))
-    return jax.jit(jax.value_and_grad(loss))(variables)
-
-  (loss_xla, grads_xla), (loss_torch, grads_torch) = loss_and_grads('xla'), loss_and_grads('torch')
+  loss_xla, grads_xla = tm.loss_and_grads(cfg, variables, norm_impl='xla')
+  loss_torch, grads_torch = tm.loss_and_grads(cfg, variables, norm_impl='torch')
   np.testing.assert_allclose(loss_torch, loss_xla, rtol=1e-5)
   jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-4),
                          grads_torch, grads_xla)
   jaxpr = str(jax.make_jaxpr(tx.build_model(cfg.replace(norm_impl='torch')).apply)(
-      variables, *args))
+      variables, *tm.inputs(cfg)))
   assert '_layer_norm_into' in jaxpr
 
 
