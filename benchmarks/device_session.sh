@@ -25,7 +25,7 @@
 #   cpu        the decoder cases of the CPU suite on 2 threads, ~5 min
 #   attention  benchmarks/gpu_attention.py: cuDNN checked against XLA and timed, ~2.5 min
 #   gpt2       the GPU suite's GPT-2 small cases (cuDNN and XLA attention, the peer), ~2.5 min
-#   gpu        the whole GPU suite (`tx bench --platform gpu`), ~6 min
+#   gpu        the whole GPU suite (`tx bench --platform gpu`), ~7.5 min on an H200
 #   cpu4       four CPU jobs at once, each on 2 cores of its own (taskset, distinct physical
 #              cores): the decoder cases, the encoder cases with attention ablated, and
 #              benchmarks/tune_case.py on gpt_6l and bert_6l; ~8 min. The jobs disturb one
@@ -62,7 +62,7 @@ print('jax', jax.__version__, 'flax', flax.__version__, 'optax', optax.__version
 } 2>&1 | tee "$out/env.txt"
 for part in $parts; do
   case $part in
-    gpu) timeout 420 python3 -m tx bench --platform gpu --threads 8 --json "$out/gpu.json" \
+    gpu) timeout 470 python3 -m tx bench --platform gpu --threads 8 --json "$out/gpu.json" \
            2>&1 | tee "$out/gpu.txt" ;;
     gpt2) timeout 200 python3 -m tx bench --platform gpu --threads 8 --only gpt2_small \
             --json "$out/gpt2.json" 2>&1 | tee "$out/gpt2.txt" ;;

@@ -638,3 +638,25 @@ def test_a_tune_that_fails_fails_its_case_and_the_run_goes_on(monkeypatch):
       'float32_flops': 1e9, 'bfloat16_flops': 1e9, 'tokens_per_s': 1.0, 'step_time_s': 1.0})
   doc = suite.run([cases.QUICK[1]], peers=False, say=lambda m: None, tune=True)
   assert 'every candidate failed' in doc['cases']['gpt_6l']['error']
+
+
+def test_a_run_cut_short_keeps_the_cases_it_measured(monkeypatch, tmp_path):
+  """The JSON is written after every case, so a run killed before its report (a time limit
+  on a lent machine) still leaves each finished case's numbers on disk, marked partial."""
+  ceilings = iter([{'float32_flops': 1e9, 'bfloat16_flops': 1e9}])
+
+  def fake_run(target, spec, *, threads, platform):
+    if target.endswith(':ceiling'):
+      return next(ceilings)  # the second (closing) ceiling is where the run gets cut
+    return {'tokens_per_s': 7.0, 'step_time_s': 1.0, 'flops_per_step': 1.0}
+
+  monkeypatch.setattr(suite, 'run_isolated', fake_run)
+  path = tmp_path / 'cut.json'
+  with pytest.raises(StopIteration):
+    cli.main(['bench', '--quick', '--only', 'gpt_baby', 'bert_mini', '--no-peers', '--quiet',
+              '--json', str(path)])
+  doc = json.loads(path.read_text())
+  assert doc['partial'] is True
+  assert {name: c['tx_train']['tokens_per_s'] for name, c in doc['cases'].items()} == {
+      'gpt_baby': 7.0, 'bert_mini': 7.0}
+  assert os.listdir(tmp_path) == ['cut.json']  # no temporary file left beside it

@@ -1,4 +1,5 @@
-"""`tx bench`: runs the cases of tx/bench/cases.py, prints a table, writes JSON.
+"""`tx bench`: runs the cases of tx/bench/cases.py, prints a table, writes JSON (after every
+case too, marked 'partial', so a run cut short keeps what it measured).
 
     tx bench                         # the full suite (~14 min on 2 CPU cores)
     tx bench --only gpt_6l compile   # cases whose name contains a pattern
@@ -226,7 +227,7 @@ def _measure_case(case, *, peers: bool, threads: int, say, ablate: bool = False,
 
 def run(cases, *, peers: bool = True, threads: int = 2, say=print, ceiling_n: int = 2048,
         ablate_attention: bool = False, rounds: int = 1, platform: str = 'cpu',
-        peer_compile: bool = False, tune: bool = False) -> dict:
+        peer_compile: bool = False, tune: bool = False, on_case=None) -> dict:
   """Measures every case; returns the JSON document (machine with its host, ceilings, cases,
   targets, `gemms`: the decoder and encoder training steps' products timed alone by XLA and
   by torch, labelled 'case: product', `step_gemms`: {case: [[product, m, k, n, times per
@@ -241,7 +242,9 @@ def run(cases, *, peers: bool = True, threads: int = 2, say=print, ceiling_n: in
   first GPU, without the products and attention timed alone (CPU diagnoses). peer_compile:
   the training peers run forward and loss through torch.compile (decoding stays eager).
   tune: tx's side of each training case trains with `tx tune`'s cached choice for its step
-  (measured first where none is cached; `tuned.choice`), recorded in the case's 'tuned'."""
+  (measured first where none is cached; `tuned.choice`), recorded in the case's 'tuned'.
+  on_case(doc): called after each case with the measurements so far ('partial': True), so
+  that a run cut short (a time limit, a lent machine taken back) keeps what it measured."""
   start = time.time()
   info = machine(threads, platform)
   say(host.summary(info['host']))
@@ -278,6 +281,9 @@ def run(cases, *, peers: bool = True, threads: int = 2, say=print, ceiling_n: in
     except BenchError as e:
       say(f'{case.name}: FAILED: {e}')
       results[case.name] = {'spec': case.spec, 'error': str(e)}
+    if on_case:
+      on_case({'machine': info, 'ceilings': ceilings, 'cases': results, 'rounds': rounds,
+               'partial': True, 'wall_s': time.time() - start})
   ceilings.append(run_isolated(f'{TX}:ceiling', ceiling_spec, threads=threads,
                                platform=platform))
   ceilings[-1].pop('device', None)
@@ -354,16 +360,23 @@ def cli(args) -> int:
     from tx.bench import profile  # pylint: disable=g-import-not-at-top
     doc = profiles(chosen, peers=peers, threads=args.threads, say=say, tune=args.tune)
     print(profile.table(doc))
-    with open(args.json, 'w', encoding='utf-8') as f:
-      json.dump(doc, f, indent=1)
+    _write_json(args.json, doc)
     print(f'wrote {args.json}')
     return 0
   doc = run(chosen, peers=peers, threads=args.threads, say=say,
             ceiling_n=(1024 if args.quick else 8192) if gpu else 512 if args.quick else 2048,
             ablate_attention=args.ablate_attention, rounds=args.rounds, platform=args.platform,
-            peer_compile=args.peer_compile, tune=args.tune)
+            peer_compile=args.peer_compile, tune=args.tune,
+            on_case=lambda partial: _write_json(args.json, partial))
   print(report.table(doc))
-  with open(args.json, 'w', encoding='utf-8') as f:
-    json.dump(doc, f, indent=1)
+  _write_json(args.json, doc)
   print(f'wrote {args.json}')
   return 0
+
+
+def _write_json(path: str, doc: dict) -> None:
+  """Writes doc to path whole or not at all (a run killed mid-write keeps the last one)."""
+  tmp = f'{path}.tmp'
+  with open(tmp, 'w', encoding='utf-8') as f:
+    json.dump(doc, f, indent=1)
+  os.replace(tmp, path)
