@@ -54,11 +54,7 @@ def torch_attention(q_BLHD, k_BSKD, v_BSKD, mask, scale: float, mask_value: floa
   bias = None
   if mask is not None:  # torch adds a float mask; a finite floor keeps hidden rows NaN-free
     bias = jnp.where(mask, jnp.zeros((), dtype), jnp.asarray(mask_value, dtype))
-  out_BLHD = _per_device(_flash, q_BLHD, k_BSKD, v_BSKD, bias, float(scale), bool(causal))
-  if mask is not None:
-    seen_B1L1 = jnp.swapaxes(jnp.any(mask, axis=-1, keepdims=True), 1, 2)
-    out_BLHD = jnp.where(seen_B1L1, out_BLHD, jnp.zeros((), dtype))
-  return out_BLHD
+  return _per_device(_flash, q_BLHD, k_BSKD, v_BSKD, bias, float(scale), bool(causal))
 
 
 def _per_device(flash, q, k, v, bias, scale, causal):
@@ -82,23 +78,51 @@ def _heads_first(buffer_BLHD):
   return _torch().from_dlpack(buffer_BLHD).transpose(1, 2)
 
 
+def _host_mask(bias, causal: bool = False):
+  """What the mask means for this call's values, read on the host: (the kernel's attn_mask,
+  None where the mask hides no key beyond what `causal` does, so the kernel skips its add;
+  the query rows that see no key, bool [B|1, H|1, L|1, 1], None where every row sees one).
+  Under the causal promise a square mask sees at most the lower triangle, so a count of
+  its visible keys tells whether it hides anything more."""
+  if bias is None:
+    return None, None
+  bias = _torch().from_dlpack(bias)
+  visible = bias == 0
+  length = bias.shape[-1]
+  if causal and bias.shape[-2] == length:
+    hides_more = int(visible.sum()) < visible[..., 0, 0].numel() * length * (length + 1) // 2
+  else:
+    hides_more = not bool(visible.all())
+  if not hides_more:
+    return None, None
+  blind = ~visible.any(dim=-1, keepdim=True)
+  return bias, (blind if bool(blind.any()) else None)
+
+
 def _forward_into(unused_ctx, outs, q, k, v, bias=None, *, scale, causal):
   torch = _torch()
   out_BLHD, lse_BHL = outs
+  attn_mask, blind = _host_mask(bias, causal)
   with torch.no_grad():
     out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(  # pylint: disable=protected-access
-        _heads_first(q), _heads_first(k), _heads_first(v), 0.0, causal,
-        attn_mask=None if bias is None else torch.from_dlpack(bias), scale=scale)
+        _heads_first(q), _heads_first(k), _heads_first(v), 0.0, causal, attn_mask=attn_mask,
+        scale=scale)
+    if blind is not None:  # the kernel averages v over a row's (all hidden) keys
+      out.masked_fill_(blind, 0.0)
     _heads_first(out_BLHD).copy_(out)  # the kernel has no out= form: one copy each
     torch.from_dlpack(lse_BHL).copy_(lse)
 
 
 def _backward_into(unused_ctx, outs, d_out, q, k, v, out, lse, bias=None, *, scale, causal):
   torch = _torch()
+  attn_mask, blind = _host_mask(bias, causal)
+  d_out = _heads_first(d_out)
+  if blind is not None:  # a zeroed row passes no gradient back (a copy: XLA's buffer stays)
+    d_out = d_out.masked_fill(blind, 0.0)
   with torch.no_grad():
     grads = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(  # pylint: disable=protected-access
-        *map(_heads_first, (d_out, q, k, v, out)), torch.from_dlpack(lse), 0.0, causal,
-        attn_mask=None if bias is None else torch.from_dlpack(bias), scale=scale)
+        d_out, *map(_heads_first, (q, k, v, out)), torch.from_dlpack(lse), 0.0, causal,
+        attn_mask=attn_mask, scale=scale)
     for buffer, grad in zip(outs, grads):
       _heads_first(buffer).copy_(grad)
 
