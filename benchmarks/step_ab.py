@@ -13,6 +13,13 @@ the median and fastest seconds a step, every call's, and the median against the 
 variant's. Name one variant twice (as above) for an A/A control: the spread of a ratio
 that should be 1.000 is this run's noise. Run it under tx's glibc tunables
 (`GLIBC_TUNABLES` from tx/malloc_tuning.py: `tx bench` sets them for its measurements).
+
+Calls in turn favour the variant whose memory survives the other's call: a step's first
+call after another program's can pay for its scratch buffer again (gpt_6l_bf16 with XLA's
+defaults: 3.35 s a step alone, 6.3 s between calls of the torch-kernel variant, which lost
+nothing; benchmarks/NOTES.md attempt 76), and an A/A control does not show it. Compare
+variants of one memory behaviour (the same kernels, code versions), or check a difference
+with `--block K`: each variant's K calls in a row per round, the first untimed.
 """
 
 from __future__ import annotations
@@ -30,6 +37,9 @@ def main(argv=None) -> int:
                       required=True, help='a name and the spec keys it sets (JSON object)')
   parser.add_argument('--rounds', type=int, default=8)
   parser.add_argument('--warmup', type=int, default=2, help='untimed calls of each variant')
+  parser.add_argument('--block', type=int, default=0, metavar='K',
+                      help='per round, K timed calls of each variant in a row after one '
+                           'untimed call (0: one timed call of each in turn)')
   args = parser.parse_args(argv)
 
   import jax  # pylint: disable=g-import-not-at-top  (after argparse: --help stays fast)
@@ -48,13 +58,20 @@ def main(argv=None) -> int:
     variants[name] = {'call': compiled, 'state': state, 'batch': batch,
                       'per_call': cfg.train.per_call, 'times': []}
 
+  def timed_call(v) -> float:
+    start = time.perf_counter()
+    v['state'], metrics = v['call'](v['state'], v['batch'])
+    jax.block_until_ready(metrics)
+    return (time.perf_counter() - start) / v['per_call']
+
   for r in range(args.rounds):
     for name in (list(variants) if r % 2 == 0 else list(reversed(variants))):
       v = variants[name]
-      start = time.perf_counter()
-      v['state'], metrics = v['call'](v['state'], v['batch'])
-      jax.block_until_ready(metrics)
-      v['times'].append((time.perf_counter() - start) / v['per_call'])
+      if args.block:
+        timed_call(v)  # the switch from the other variant's program: untimed
+        v['times'] += [timed_call(v) for _ in range(args.block)]
+      else:
+        v['times'].append(timed_call(v))
 
   first = statistics.median(next(iter(variants.values()))['times'])
   for name, v in variants.items():
