@@ -2,13 +2,14 @@
 
 XLA:CPU runs attention's batched products on one core, and its scores make a round trip
 through memory; torch's CPU flash kernel tiles the softmax and splits the batch and heads
-over every core. Its forward and backward at bert_6l's shape take ~0.57x the XLA path's time
-(causal at length 512: ~0.88x, as it computes the hidden tiles too; benchmarks/NOTES.md,
-attempt 47). The kernel runs in a `jax.experimental.buffer_callback` on the host: q, k, v
-and the gradients' inputs are read in place from XLA's buffers (DLPack), and the results,
-which the kernel allocates itself, are copied into XLA's once (torch's copy, threaded).
-`jax.pure_callback`, which also copies every operand and result through numpy, cost
-~10 ms more per layer at bert_6l's shape (attempt 50).
+over every core (at a causal layer it still computes the hidden tiles). The kernel runs in a
+`jax.experimental.buffer_callback` on the host: q, k, v and the gradients' inputs are read
+in place from XLA's buffers (DLPack), and the results, which the kernel allocates itself,
+are copied into XLA's once (torch's copy, threaded); `jax.pure_callback` would also copy
+every operand and result through numpy. The mask's values are read there too, so a mask
+that hides nothing costs the kernel nothing. `tx tune` times it on the run's own step
+(`model.attention_impl`), so it is used only where it wins (benchmarks/NOTES.md has the
+measurements).
 
 A CPU path: `dot_product_attention` takes the XLA path elsewhere, with a warning. Under a
 multi-device mesh each device calls it on its share of the batch (`_per_device`).

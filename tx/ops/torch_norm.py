@@ -3,11 +3,11 @@
 XLA:CPU computes a LayerNorm and its gradient as several fusions, each a pass over the
 activations, with row and column reductions; torch's `native_layer_norm` and its backward
 kernel make one threaded pass each (torch has no CPU kernel for its fused RMSNorm's
-backward, so RMSNorm stays XLA's). At bert_6l's [4096, 384] a LayerNorm's forward and
-backward take ~2.5 ms through the callbacks against ~7.6 ms in XLA on the Intel AMX host,
-and the encoder's step ~5 % less (benchmarks/NOTES.md, attempt 75). The kernels run in `jax.experimental.buffer_callback`s: they read XLA's
-buffers in place (DLPack) and their outputs are copied into XLA's once. `tx tune` times it
-on the run's own step (`model.norm_impl`), so it is used only where it wins.
+backward, so RMSNorm stays XLA's). The kernels run in `jax.experimental.buffer_callback`s:
+they read XLA's buffers in place (DLPack) and their outputs are copied into XLA's once.
+Whether that beats XLA depends on the host, so `tx tune` times it on the run's own step
+(`model.norm_impl`) and it is used only where it wins (benchmarks/NOTES.md has the
+measurements).
 
 A CPU path: on another backend the norm is XLA's, with a warning (the caller computes it).
 Under a multi-device mesh each device normalises its share of the rows and the scale and
