@@ -26,6 +26,8 @@
 #   attention  benchmarks/gpu_attention.py: cuDNN checked against XLA and timed, ~2.5 min
 #   gpt2       the GPU suite's GPT-2 small cases (cuDNN and XLA attention, the peer), ~2.5 min
 #   gpu        the whole GPU suite (`tx bench --platform gpu`), ~7.5 min on an H200
+#   compiled   GPT-2 small and bert_6l in bf16 against a torch.compile'd peer (`--peer-compile`;
+#              gpt_6l_bf16 took 2 min alone on an H200: 1.63x), ~4 min
 #   cpu4       four CPU jobs at once, each on 2 cores of its own (taskset, distinct physical
 #              cores): the decoder cases, the encoder cases with attention ablated, and
 #              benchmarks/tune_case.py on gpt_6l and bert_6l; ~8 min. The jobs disturb one
@@ -64,6 +66,9 @@ for part in $parts; do
   case $part in
     gpu) timeout 470 python3 -m tx bench --platform gpu --threads 8 --json "$out/gpu.json" \
            2>&1 | tee "$out/gpu.txt" ;;
+    compiled) timeout 280 python3 -m tx bench --platform gpu --threads 8 --peer-compile \
+                --only 'gpt2_small_bf1[6]' 'bert_6l_bf1[6]' --json "$out/compiled.json" 2>&1 \
+                | tee "$out/compiled.txt" ;;
     gpt2) timeout 200 python3 -m tx bench --platform gpu --threads 8 --only gpt2_small \
             --json "$out/gpt2.json" 2>&1 | tee "$out/gpt2.txt" ;;
     attention) timeout 150 python3 "$here/benchmarks/gpu_attention.py" 2>&1 \
@@ -126,6 +131,6 @@ for part in $parts; do
         --threads 2 --rounds 2 --steps 3 >"$out/tune_bert.txt" 2>&1 &
       wait
       tail -n 40 "$out"/cpu.txt "$out"/bert.txt "$out"/tune_gpt.txt "$out"/tune_bert.txt ;;
-    *) echo "unknown part $part (profile, tuned, decoder, decoder_torch, inside, threads, sched, faults, encoder, encoder1, tune, bf16, cpu, cpu4, attention, gpt2, gpu)" >&2; exit 2 ;;
+    *) echo "unknown part $part (profile, tuned, decoder, decoder_torch, inside, threads, sched, faults, encoder, encoder1, tune, bf16, cpu, cpu4, attention, gpt2, gpu, compiled)" >&2; exit 2 ;;
   esac
 done
