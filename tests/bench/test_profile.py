@@ -74,6 +74,26 @@ def test_the_norm_beside_attention_is_a_norm():
   assert under('layer_0._residual/self_attention') == 'attention'
 
 
+def test_an_op_without_an_op_name_takes_its_operands_category():
+  """XLA's layout copies and converts carry no op_name: each belongs where the op whose
+  output it moves does, through chains of them; with nothing to follow it stays 'other'."""
+  attention = 'metadata={op_name="jit(step)/jvp(M)/decoder/layer_0/self_attention/exp"}'
+  hlo = '\n'.join([
+      'ENTRY %main (a: f32[8,4]) -> f32[8,4] {',
+      '  %a = f32[8,4]{1,0} parameter(0)',
+      f'  %exp.1 = f32[8,4]{{1,0}} exponential(%a), {attention}',
+      '  %copy.1 = f32[8,4]{0,1} copy(%exp.1)',
+      '  %convert.1 = bf16[8,4]{0,1} convert(%copy.1)',
+      '  %copy.2 = f32[8,4]{0,1} copy(%a)',
+      '  ROOT %add.1 = f32[8,4]{1,0} add(%a, %exp.1)',
+      '}', ''])
+  got = profile.hlo_categories(hlo)
+  assert got['exp.1'][0] == 'attention'
+  assert got['copy.1'] == ('attention', '') and got['convert.1'] == ('attention', '')
+  assert got['copy.2'][0] == 'other'
+  assert got['add.1'][0] == 'attention'  # its first operand with a category
+
+
 @pytest.mark.parametrize('key, parents, kind', [
     ('aten::mm', ['autograd::engine::evaluate_function: MmBackward0'], 'dense GEMM'),
     ('aten::addmm', [], 'dense GEMM'),

@@ -37,6 +37,7 @@ from tx.timing import process_usage, usage_per_step
 CATEGORIES = ('dense GEMM', 'attention', 'norm', 'optimizer', 'other')
 _INSTRUCTION = re.compile(r'^\s*(?:ROOT )?%([\w.\-]+) = .*? ([\w\-]+)\(')
 _CALLS = re.compile(r'calls=%([\w.\-]+)')
+_OPERAND = re.compile(r'%([\w.\-]+)')
 _OP_NAME = re.compile(r'op_name="([^"]*)"')
 _COMPUTATION = re.compile(r'^(?:ENTRY )?%([\w.\-]+) ')
 _CONTROL = ('while', 'call', 'conditional')  # thunks that contain others
@@ -57,9 +58,13 @@ def _computations(hlo: str) -> dict[str, list[str]]:
 
 def hlo_categories(hlo: str) -> dict[str, tuple[str, str]]:
   """Each instruction of an optimized HLO module's text -> (category, op_name): one of
-  CATEGORIES, or 'control' for while / call / conditional."""
+  CATEGORIES, or 'control' for while / call / conditional.
+
+  An instruction XLA made without an op_name (a layout copy, a convert, a fusion of
+  those) takes the category of the first of its operands that has one: it moves that
+  op's output (the copies of XLA's causal attention blocks are attention, not 'other')."""
   bodies = _computations(hlo)
-  out = {}
+  out, unnamed = {}, {}
   for lines in bodies.values():
     for line in lines:
       m = _INSTRUCTION.match(line)
@@ -75,7 +80,33 @@ def hlo_categories(hlo: str) -> dict[str, tuple[str, str]]:
         body = '\n'.join(bodies.get(called.group(1), [])) + '\n' + line
       op_name = (_OP_NAME.search(line) or [None, ''])[1]
       out[name] = (_category(opcode, body, op_name), op_name)
+      if not op_name:
+        unnamed[name] = _OPERAND.findall(line[m.end():].split(')', 1)[0])
+  _inherit_categories(out, unnamed)
   return out
+
+
+def _inherit_categories(out: dict, unnamed: dict) -> None:
+  """Gives each op of `unnamed` (name -> operand names, in order) the category of its first
+  operand with an op_name'd category, following chains of unnamed ops."""
+  resolved = {}
+
+  def category(name, seen=()):
+    if name in resolved:
+      return resolved[name]
+    if name not in unnamed:
+      kind, op_name = out.get(name, ('', ''))
+      return kind if op_name and kind != 'control' else None
+    if name in seen:
+      return None
+    kind = next(filter(None, (category(o, (*seen, name)) for o in unnamed[name])), None)
+    resolved[name] = kind
+    return kind
+
+  for name in unnamed:
+    kind = category(name)
+    if kind:
+      out[name] = (kind, '')
 
 
 def _category(opcode: str, body: str, op_name: str) -> str:
