@@ -85,12 +85,17 @@ def test_an_op_without_an_op_name_takes_its_operands_category():
       '  %copy.1 = f32[8,4]{0,1} copy(%exp.1)',
       '  %convert.1 = bf16[8,4]{0,1} convert(%copy.1)',
       '  %copy.2 = f32[8,4]{0,1} copy(%a)',
+      '  %dot.1 = f32[8,8]{1,0} dot(%exp.1, %a), lhs_contracting_dims={1}, '
+      'rhs_contracting_dims={1}',
+      '  %copy.3 = f32[8,8]{0,1} copy(%dot.1)',
       '  ROOT %add.1 = f32[8,4]{1,0} add(%a, %exp.1)',
       '}', ''])
   got = profile.hlo_categories(hlo)
   assert got['exp.1'][0] == 'attention'
   assert got['copy.1'] == ('attention', '') and got['convert.1'] == ('attention', '')
   assert got['copy.2'][0] == 'other'
+  # a product keeps its own category, and a copy of it takes that
+  assert got['dot.1'][0] == got['copy.3'][0] == 'dense GEMM'
   assert got['add.1'][0] == 'attention'  # its first operand with a category
 
 

@@ -60,9 +60,10 @@ def hlo_categories(hlo: str) -> dict[str, tuple[str, str]]:
   """Each instruction of an optimized HLO module's text -> (category, op_name): one of
   CATEGORIES, or 'control' for while / call / conditional.
 
-  An instruction XLA made without an op_name (a layout copy, a convert, a fusion of
-  those) takes the category of the first of its operands that has one: it moves that
-  op's output (the copies of XLA's causal attention blocks are attention, not 'other')."""
+  An instruction XLA made without an op_name that computes no product (a layout copy, a
+  convert, a fusion of those) takes the category of the first of its operands that has
+  one: it moves that op's output (the copies of XLA's causal attention blocks are
+  attention, not 'other')."""
   bodies = _computations(hlo)
   out, unnamed = {}, {}
   for lines in bodies.values():
@@ -80,7 +81,7 @@ def hlo_categories(hlo: str) -> dict[str, tuple[str, str]]:
         body = '\n'.join(bodies.get(called.group(1), [])) + '\n' + line
       op_name = (_OP_NAME.search(line) or [None, ''])[1]
       out[name] = (_category(opcode, body, op_name), op_name)
-      if not op_name:
+      if not op_name and out[name][0] == 'other':
         unnamed[name] = _OPERAND.findall(line[m.end():].split(')', 1)[0])
   _inherit_categories(out, unnamed)
   return out
@@ -88,7 +89,7 @@ def hlo_categories(hlo: str) -> dict[str, tuple[str, str]]:
 
 def _inherit_categories(out: dict, unnamed: dict) -> None:
   """Gives each op of `unnamed` (name -> operand names, in order) the category of its first
-  operand with an op_name'd category, following chains of unnamed ops."""
+  operand that has one of its own (an op_name, or a product), following chains of them."""
   resolved = {}
 
   def category(name, seen=()):
@@ -96,7 +97,7 @@ def _inherit_categories(out: dict, unnamed: dict) -> None:
       return resolved[name]
     if name not in unnamed:
       kind, op_name = out.get(name, ('', ''))
-      return kind if op_name and kind != 'control' else None
+      return kind if (op_name or kind != 'other') and kind not in ('', 'control') else None
     if name in seen:
       return None
     kind = next(filter(None, (category(o, (*seen, name)) for o in unnamed[name])), None)
