@@ -19,7 +19,9 @@ the same, so the two steps' times with and without it give what attention costs 
 attention_impl (model.attention_impl: 'auto', the default, takes cuDNN on a GPU in bf16;
 'xla' forces XLA's; 'torch' is torch's CPU flash kernel); matmul_impl (model.matmul_impl:
 'torch' puts the dense products in torch's CPU GEMM); norm_impl (model.norm_impl: 'torch'
-puts the norms in torch's CPU kernels); decoding: prompt_len, new, repeats. platform ('cpu' | 'gpu', set by
+puts the norms in torch's CPU kernels); mlm_max_predictions (encoder:
+data.mlm_max_predictions, the MLM head at that many positions a row; the synthetic batch
+selects at most that many); decoding: prompt_len, new, repeats. platform ('cpu' | 'gpu', set by
 tx/bench/worker.py): a 'gpu' measurement refuses to run on anything but a GPU, and adds
 device_peak_bytes (the allocator's high-water mark) to a training result.
 """
@@ -41,12 +43,13 @@ from tx.config import DataConfig, ModelConfig
 from tx.config.experiment import ExperimentConfig
 from tx.config.optim import OptimConfig
 from tx.config.train import TaskConfig, TrainConfig
+from tx.data.mlm import lowest_per_row
 from tx.decode.generate import generate_lm, generate_seq2seq
 from tx.layers.attention import causal_block_count
 from tx.models.build import build_model
 from tx.tasks.objectives import make_task
 from tx.timing import process_usage, sample_seconds, usage_per_step
-from tx.train.flops import flops_per_step, gemm_rates, matmul_rates
+from tx.train.flops import flops_per_step, gemm_rates, matmul_rates, mlm_head_positions
 from tx.train.mesh import batch_sharding, logical_rules, make_mesh, stacked_sharding
 from tx.train.optimizer import make_optimizer
 from tx.train.state import init_state, state_shardings
@@ -93,6 +96,8 @@ def experiment(spec: dict) -> ExperimentConfig:
   task = TaskConfig(label_smoothing=0.1) if family == 'encoder_decoder' else TaskConfig()
   data = ({'dataset': 'multi30k', 'seq_len': spec['src_len'], 'target_len': spec['tgt_len']}
           if family == 'encoder_decoder' else {'seq_len': spec['ctx']})
+  if family == 'encoder':
+    data['mlm_max_predictions'] = spec.get('mlm_max_predictions', 0)
   # No stability diagnostics: the peers compute none. `tx tune` of a case and the scripts in
   # benchmarks/ that compile a case as the tune does then time this same step.
   return ExperimentConfig(name='bench', model=model_config(spec), data=DataConfig(**data),
@@ -111,9 +116,12 @@ def synthetic_batch(spec: dict, task_name: str, seed: int = 0) -> dict[str, np.n
     return {'src': tokens(spec['src_len']), 'tgt_inputs': tgt[:, :-1], 'targets': tgt[:, 1:],
             'weights': np.ones(tgt[:, 1:].shape, np.float32)}
   seq = tokens(spec['ctx'] + 1)
-  if task_name == 'mlm':
-    weights = (rng.random(seq[:, 1:].shape) < 0.15).astype(np.float32)
-    return {'inputs': seq[:, 1:], 'targets': seq[:, 1:], 'weights': weights}
+  if task_name == 'mlm':  # at most mlm_max_predictions a row, as tx's masking keeps
+    draws = rng.random(seq[:, 1:].shape)
+    selected = draws < 0.15
+    if spec.get('mlm_max_predictions'):
+      selected &= lowest_per_row(np.where(selected, draws, np.inf), spec['mlm_max_predictions'])
+    return {'inputs': seq[:, 1:], 'targets': seq[:, 1:], 'weights': selected.astype(np.float32)}
   return {'inputs': seq[:, :-1], 'targets': seq[:, 1:],
           'weights': np.ones(seq[:, 1:].shape, np.float32)}
 
@@ -254,7 +262,7 @@ def train(spec: dict) -> dict:
   length = spec['src_len'] if task.name == 'seq2seq' else spec['ctx']
   params = nn.unbox(holder['state'].params)
   flops = flops_per_step(cfg.model, params, batch=spec['batch'], length=length,
-                         target_length=spec.get('tgt_len'))
+                         target_length=spec.get('tgt_len'), head_positions=mlm_head_positions(cfg))
   return dict(compile_s=compile_s, first_step_s=first, step_time_s=median,
               step_time_min_s=min(times), tokens_per_s=tokens / median,
               flops_per_step=flops, model_flops_per_s=flops / median,

@@ -65,6 +65,10 @@ class DataConfig:
   mlm_probability: float = 0.15
   mlm_mask_fraction: float = 0.8  # of the selected: -> MASK
   mlm_random_fraction: float = 0.1  # of the selected: -> random token (rest unchanged)
+  # > 0: at most this many selected positions per row (BERT's max_predictions_per_seq; the
+  # rest of a row's draws stay unselected), and the MLM head runs only at those positions
+  # (the same loss, without the logits of the others). 0: no cap, the head at every position.
+  mlm_max_predictions: int = 0
   num_workers: int = 0  # Grain worker processes (0 = in-process)
 
   def validate(self):
@@ -75,6 +79,9 @@ class DataConfig:
         fail(f'data.{name}', f'must be > 0, got {getattr(self, name)}')
     if not 0 < self.mlm_probability < 1:
       fail('data.mlm_probability', f'must be in (0, 1), got {self.mlm_probability}')
+    if not 0 <= self.mlm_max_predictions <= self.seq_len:
+      fail('data.mlm_max_predictions', f'must be in [0, data.seq_len={self.seq_len}] (0 = no cap), '
+           f'got {self.mlm_max_predictions}')
     if self.mlm_mask_fraction + self.mlm_random_fraction > 1:
       fail('data.mlm_mask_fraction', 'mlm_mask_fraction + mlm_random_fraction must be <= 1')
     if self.tokenizer == 'hf' and not self.tokenizer_path:

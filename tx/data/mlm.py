@@ -6,6 +6,8 @@ positions). Of the ordinary (non-special) tokens, `data.mlm_probability` are
 selected; a selected token becomes MASK with probability `mlm_mask_fraction`, a
 random ordinary token with `mlm_random_fraction`, and stays as it is otherwise.
 PAD, BOS, EOS, UNK and MASK are never selected and never drawn as replacements.
+`data.mlm_max_predictions` P > 0 keeps at most P selected positions a row (those with the
+lowest selection draws), so the MLM head can run at P positions a row (tx.tasks.MLMTask).
 
 A tokenizer with its own special ids (data.tokenizer=hf, e.g. a converted BERT) gives
 `Masking` its MASK id and the set of its special ids ([CLS], [SEP], [PAD], [UNK], [MASK],
@@ -77,6 +79,7 @@ class Masking:
   random_fraction: float = 0.1
   mask_id: int = MASK_ID
   special_ids: tuple[int, ...] | None = None  # None: tx's ids 0 .. NUM_SPECIALS - 1
+  max_predictions: int = 0  # > 0: at most this many selected positions per row
 
   def __post_init__(self):
     if self.special_ids is None:
@@ -114,9 +117,14 @@ def mask_tokens(tokens_BL: np.ndarray, keys_B: np.ndarray, m: Masking) -> dict[s
   Returns:
     {'inputs' int32 [B, L] corrupted, 'targets' int32 [B, L] = tokens_BL,
      'weights' float32 [B, L] = 1 on selected positions}.
+  With `m.max_predictions` P > 0 a row keeps at most P selected positions: those with the
+  lowest selection draws, a uniformly random P of its selected ones.
   """
   select_bits, kind_bits, id_bits = hash_uniforms(m.seed, keys_B, tokens_BL.shape[1], 3)
-  selected = m.is_ordinary(tokens_BL) & (_unit(select_bits) < m.probability)
+  draws = _unit(select_bits)
+  selected = m.is_ordinary(tokens_BL) & (draws < m.probability)
+  if 0 < m.max_predictions < tokens_BL.shape[1]:
+    selected &= lowest_per_row(np.where(selected, draws, np.inf), m.max_predictions)
   kind = _unit(kind_bits)
   to_mask = selected & (kind < m.mask_fraction)
   to_random = selected & ~to_mask & (kind < m.mask_fraction + m.random_fraction)
@@ -124,6 +132,15 @@ def mask_tokens(tokens_BL: np.ndarray, keys_B: np.ndarray, m: Masking) -> dict[s
   inputs = np.where(to_mask, m.mask_id, np.where(to_random, random_ids, tokens_BL))
   return {'inputs': inputs.astype(np.int32), 'targets': tokens_BL.astype(np.int32),
           'weights': selected.astype(np.float32)}
+
+
+def lowest_per_row(values_BL: np.ndarray, count: int) -> np.ndarray:
+  """bool [B, L]: True at the `count` lowest finite values of each row of float [B, L] (ties
+  by position; +inf is never picked)."""
+  order = np.argsort(values_BL, axis=1, kind='stable')[:, :count]
+  keep = np.zeros(values_BL.shape, bool)
+  np.put_along_axis(keep, order, True, axis=1)
+  return keep & np.isfinite(values_BL)
 
 
 class MLMWindows:

@@ -336,7 +336,8 @@ def make_rows(data_cfg, objective: str, fields: dict[str, Ragged], *, tokenizer,
                                           'special_ids': tuple(mlm_specials['special_ids'])}
   masking = Masking(tokenizer.vocab_size, seed=seed, probability=data_cfg.mlm_probability,
                     mask_fraction=data_cfg.mlm_mask_fraction,
-                    random_fraction=data_cfg.mlm_random_fraction, **own)
+                    random_fraction=data_cfg.mlm_random_fraction,
+                    max_predictions=data_cfg.mlm_max_predictions, **own)
   if packed:
     framing = {} if mlm_specials is None else {'prefix': mlm_specials['prefix'],
                                                'suffix': mlm_specials['suffix']}

@@ -10,6 +10,7 @@ Pad id 0: masks come from the tokens unless `segment_ids` (packed rows) are give
 from __future__ import annotations
 
 import flax.linen as nn
+import jax.numpy as jnp
 
 from tx.config.model import ModelConfig
 from tx.layers.embed import Embed
@@ -51,8 +52,11 @@ class EncoderOnly(nn.Module):
       self.classifier = ClassifierHead(cfg)
 
   def __call__(self, tokens_BL, *, positions=None, segment_ids=None, token_types=None,
-               deterministic=True, head='mlm', sow_weights=False):
-    """tokens [B, L] -> head 'mlm': logits [B, L, V]; 'classify': [B, C]; 'hidden': [B, L, D]."""
+               deterministic=True, head='mlm', sow_weights=False, predict_at=None):
+    """tokens [B, L] -> head 'mlm': logits [B, L, V]; 'classify': [B, C]; 'hidden': [B, L, D].
+
+    predict_at: int [B, P] positions; the MLM head then runs only there: logits [B, P, V].
+    """
     hidden, _ = self.encoder(tokens_BL, positions=positions, segment_ids=segment_ids,
                              token_types=token_types, deterministic=deterministic,
                              sow_weights=sow_weights)
@@ -66,6 +70,8 @@ class EncoderOnly(nn.Module):
       if not self.cfg.num_classes:
         raise ValueError("head='classify' needs model.num_classes > 0")
       return self.classifier(hidden, deterministic=deterministic)
+    if predict_at is not None:
+      hidden = jnp.take_along_axis(hidden, predict_at[..., None], axis=1)
     return self.mlm_head(hidden)
 
 

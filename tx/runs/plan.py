@@ -41,7 +41,7 @@ from tx.data.shapes import batch_shapes
 from tx.data.tokenizers.byte import ByteTokenizer
 from tx.models.build import build_model, count_params
 from tx.tasks import make_task
-from tx.train.flops import flops_per_step
+from tx.train.flops import flops_per_step, mlm_head_positions
 from tx.train.memory import step_bytes
 from tx.train.mesh import AXES, batch_sharding, logical_rules, make_mesh, stacked_sharding
 from tx.train.optimizer import run_optimizer
@@ -261,7 +261,8 @@ def plan(cfg: ExperimentConfig, mesh_sizes: dict[str, int] | None = None,
   seq2seq = task.name == 'seq2seq'
   flops = flops_per_step(cfg.model, abstract.params, batch=cfg.train.batch_size,
                          length=cfg.data.seq_len,
-                         target_length=cfg.data.target_len if seq2seq else None)
+                         target_length=cfg.data.target_len if seq2seq else None,
+                         head_positions=mlm_head_positions(cfg))
   return Plan(
       experiment=cfg.name, mesh=dict(mesh.shape), devices=n, platform=jax.devices()[0].platform,
       batch_size=cfg.train.batch_size, seq_len=cfg.data.seq_len,

@@ -133,11 +133,13 @@ def _axes_by_path(cfg: ModelConfig) -> dict[str, tuple]:
 
 
 def flops_per_step(cfg: ModelConfig, params, *, batch: int, length: int,
-                   target_length: int | None = None) -> float:
+                   target_length: int | None = None, head_positions: int | None = None) -> float:
   """Training FLOPs of one step of `batch` rows (length = source / only sequence length).
 
   params: `cfg`'s parameters, boxed with their logical names or plain (arrays or
   ShapeDtypeStructs; the names are then traced from `cfg`, once per config).
+  head_positions: a decoder's or encoder's output heads run at this many positions a row
+  (an MLM task with `data.mlm_max_predictions`); None: at every position.
   """
   moe = cfg.moe
   counts = _matmul_params(cfg, params,
@@ -155,8 +157,16 @@ def flops_per_step(cfg: ModelConfig, params, *, batch: int, length: int,
                                       + cfg.decoder_layers * (tl * tl + tl * length))
     return float(enc + dec + attn_flops)
   tower = counts.get('encoder', 0) + counts.get('decoder', 0)
-  dense = 6 * (tower + heads + embed) * batch * length
+  dense = 6 * (tower * length + (heads + embed) * (head_positions or length)) * batch
   return float(dense + 12 * attn * cfg.num_layers * batch * length * length)
+
+
+def mlm_head_positions(exp_cfg) -> int | None:
+  """The positions a row at which an ExperimentConfig's MLM head runs (`flops_per_step`'s
+  head_positions): data.mlm_max_predictions for an MLM task that sets it, else None."""
+  if exp_cfg.task_name == 'mlm' and exp_cfg.data.mlm_max_predictions:
+    return exp_cfg.data.mlm_max_predictions
+  return None
 
 
 def measure_matmul_ceiling(dtype: str = 'float32', n: int = 2048, reps: int = 3) -> float:

@@ -33,7 +33,7 @@ from tx.train import averaging, memory, processes, run_dir, run_lock
 from tx.train.checkpoint import Checkpointer
 from tx.train.errors import NonFiniteError
 from tx.train.evaluate import evaluate
-from tx.train.flops import flops_per_step, measure_matmul_ceiling
+from tx.train.flops import flops_per_step, measure_matmul_ceiling, mlm_head_positions
 from tx.train.mesh import (batch_divisor, batch_sharding, global_batch, global_batches,
                            logical_rules, make_mesh, stacked_sharding)
 from tx.train.optimizer import run_optimizer
@@ -290,7 +290,8 @@ def _compile(run: _Run):
   run.params_count = count_params(run.abstract.params)
   length = spec['src'][0][1] if 'src' in spec else spec['inputs'][0][1]
   run.step_flops = flops_per_step(cfg.model, run.abstract.params, batch=rows, length=length,
-                                  target_length=spec['targets'][0][1])
+                                  target_length=spec['targets'][0][1],
+                                  head_positions=mlm_head_positions(cfg))
   run.peak_flops = measure_matmul_ceiling(cfg.model.dtype) * jax.device_count()
   need = memory.compiled_bytes(compiled)
   say(f'{cfg.name}: {run.params_count:,} params, {run.step_flops / 1e9:.2f} GFLOP/step, '
