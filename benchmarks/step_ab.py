@@ -7,7 +7,9 @@ The project's hosts move by up to a third between processes minutes apart
 (benchmarks/NOTES.md, attempt 52), more than most settings are worth, so a comparison of
 two processes says little. Here every variant (the case's spec with some keys set
 otherwise: any key `tx.bench.tx_side` reads, e.g. attention_impl, matmul_impl, norm_impl,
-steps_per_call) is compiled in this one process, warmed up, and then one call of each is
+steps_per_call, or xla_options: XLA debug options for that variant's compile alone, so
+flags too can be compared in one process, e.g. '{"xla_options": {"xla_cpu_use_onednn": true}}')
+is compiled in this one process, warmed up, and then one call of each is
 timed in turn, `--rounds` times, the order reversed every other round. Printed per variant:
 the median and fastest seconds a step, every call's, and the median against the first
 variant's. Name one variant twice (as above) for an A/A control: the spread of a ratio

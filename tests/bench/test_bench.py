@@ -572,6 +572,21 @@ def test_a_case_with_several_steps_per_call_times_one_step():
   assert set(cases.gemm_cases([cases.Case('x', dict(spec, steps_per_call=3))])) == set()  # ... once
 
 
+def test_xla_options_reach_the_steps_compile_only():
+  """spec['xla_options'] are XLA debug options for that one compile: YNNPACK off leaves no
+  YNNPACK fusion in the step, the process's own setting is untouched, and a misspelt value
+  fails the compile."""
+  spec = dict(cases.QUICK[0].spec, batch=2, steps=1, warmup=1)
+  ynn_fusions = lambda options: tx_side.compiled_train_step(
+      dict(spec, xla_options=options))[0].as_text().count('ynn_fusion')
+  if ynn_fusions(None) == 0:
+    pytest.skip("this jaxlib's CPU step has no YNNPACK fusion to turn off")
+  assert ynn_fusions({'xla_cpu_experimental_ynn_fusion_type': ''}) == 0
+  assert ynn_fusions(None) > 0
+  with pytest.raises(Exception, match='not a valid enum value'):
+    ynn_fusions({'xla_cpu_experimental_ynn_fusion_type': 'dot'})  # the XLA_FLAGS spelling
+
+
 def test_bench_tune_trains_tx_with_the_tuned_choice_and_leaves_the_peer_alone(monkeypatch):
   """--tune: tx's training runs get the tune entry's model and loop settings (where the case
   leaves them to tx) and its XLA flags; the peer and tx's decoding keep the case's spec, and

@@ -21,7 +21,10 @@ attention_impl (model.attention_impl: 'auto', the default, takes cuDNN on a GPU 
 'torch' puts the dense products in torch's CPU GEMM); norm_impl (model.norm_impl: 'torch'
 puts the norms in torch's CPU kernels); mlm_max_predictions (encoder:
 data.mlm_max_predictions, the MLM head at that many positions a row; the synthetic batch
-selects at most that many); decoding: prompt_len, new, repeats. platform ('cpu' | 'gpu', set by
+selects at most that many); xla_options (train: XLA debug options for this step's compile
+alone, `compile(compiler_options=...)`, e.g. {'xla_cpu_use_onednn': True} or
+{'xla_cpu_experimental_ynn_fusion_type': 'LIBRARY_FUSION_TYPE_DOT'} (enum names, not the
+XLA_FLAGS spellings): settings compared in one process); decoding: prompt_len, new, repeats. platform ('cpu' | 'gpu', set by
 tx/bench/worker.py): a 'gpu' measurement refuses to run on anything but a GPU, and adds
 device_peak_bytes (the allocator's high-water mark) to a training result.
 """
@@ -205,7 +208,8 @@ def compiled_train_step(spec: dict):
     batch = jax.device_put(batch, stacked_sharding(batch_sharding(mesh)) if per_call > 1
                            else batch_sharding(mesh))
     start = time.perf_counter()
-    compiled = step.lower(abstract, batch).compile()
+    compiled = step.lower(abstract, batch).compile(
+        compiler_options=spec.get('xla_options') or None)
     compile_s = time.perf_counter() - start
     state = init_state(model, optimizer, cfg.model, shardings, seed=0)
   return compiled, state, batch, cfg, task, compile_s
