@@ -572,6 +572,19 @@ def test_a_case_with_several_steps_per_call_times_one_step():
   assert set(cases.gemm_cases([cases.Case('x', dict(spec, steps_per_call=3))])) == set()  # ... once
 
 
+def test_the_own_ceiling_is_timed_after_the_steps_never_before(monkeypatch):
+  """A matmul timed in tx's process before its timed steps slowed some steps (NOTES attempt
+  79), so the in-process ceiling comes after the last timed step and before nothing."""
+  events = []
+  timed = tx_side._timed  # pylint: disable=protected-access
+  monkeypatch.setattr(tx_side, '_timed', lambda fn, n: events.append(('steps', n)) or timed(fn, n))
+  monkeypatch.setattr(tx_side, '_own_ceiling',
+                      lambda spec: events.append(('ceiling', 0)) or {'own_ceiling_flops': 1e9})
+  out = tx_side.train(dict(cases.QUICK[0].spec, batch=2, steps=2, warmup=2))
+  assert out['own_ceiling_flops'] == 1e9
+  assert events == [('steps', 1), ('steps', 1), ('steps', 2), ('ceiling', 0)]
+
+
 def test_xla_options_reach_the_steps_compile_only():
   """spec['xla_options'] are XLA debug options for that one compile: YNNPACK off leaves no
   YNNPACK fusion in the step, the process's own setting is untouched, and a misspelt value
