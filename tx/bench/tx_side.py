@@ -24,8 +24,8 @@ data.mlm_max_predictions, the MLM head at that many positions a row; the synthet
 selects at most that many); xla_options (train: XLA debug options for this step's compile
 alone, `compile(compiler_options=...)`, e.g. {'xla_cpu_use_onednn': True} or
 {'xla_cpu_experimental_ynn_fusion_type': 'LIBRARY_FUSION_TYPE_DOT'} (enum names, not the
-XLA_FLAGS spellings): settings compared in one process); decoding: prompt_len, new, repeats. platform ('cpu' | 'gpu', set by
-tx/bench/worker.py): a 'gpu' measurement refuses to run on anything but a GPU, and adds
+XLA_FLAGS spellings): settings compared in one process); decoding: prompt_len, new,
+repeats. platform ('cpu' | 'gpu', set by tx/bench/worker.py): a 'gpu' measurement refuses to run on anything but a GPU, and adds
 device_peak_bytes (the allocator's high-water mark) to a training result.
 """
 
@@ -259,9 +259,8 @@ def train(spec: dict) -> dict:
   times = [t / per_call for t in _timed(one, spec['steps'])]
   usage = usage_per_step(before, process_usage(), spec['steps'] * per_call)
   metrics = jax.tree.map(lambda x: x[-1] if per_call > 1 else x, jax.device_get(one()))
-  # after the timed steps only: a matmul timed anywhere before them leaves the heap so that
-  # some steps fault their scratch memory in afresh at every call (seq2seq_small on the
-  # Intel 167 host: 62 -> 90 ms a step; benchmarks/NOTES.md attempt 79)
+  # after the timed steps only: the matmul's buffers change the heap the steps reuse, and a
+  # step whose scratch buffer is mapped per call then runs slower (benchmarks/NOTES.md, 79)
   own_ceiling = _own_ceiling(spec)
   median = statistics.median(times)
   tokens = spec['batch'] * (spec['tgt_len'] if task.name == 'seq2seq' else spec['ctx'])
