@@ -25,8 +25,9 @@ selects at most that many); xla_options (train: XLA debug options for this step'
 alone, `compile(compiler_options=...)`, e.g. {'xla_cpu_use_onednn': True} or
 {'xla_cpu_experimental_ynn_fusion_type': 'LIBRARY_FUSION_TYPE_DOT'} (enum names, not the
 XLA_FLAGS spellings): settings compared in one process); decoding: prompt_len, new,
-repeats. platform ('cpu' | 'gpu', set by tx/bench/worker.py): a 'gpu' measurement refuses to run on anything but a GPU, and adds
-device_peak_bytes (the allocator's high-water mark) to a training result.
+repeats. platform ('cpu' | 'gpu', set by tx/bench/worker.py): a 'gpu' measurement refuses
+to run on anything but a GPU, and adds device_peak_bytes (the allocator's high-water mark)
+to a training result.
 """
 
 from __future__ import annotations
