@@ -13,7 +13,10 @@ layers, torch's norms), and, where the config leaves train.steps_per_call to tx,
 model candidate again at PER_CALL steps per compiled call, compiles the experiment's
 real training step (its model, optimizer, dropout and batch shapes, on synthetic tokens) in a
 fresh process, as `tx bench` does, and times `steps` steps after `warmup`, in `rounds`
-rounds of rotating order (one pass is at the mercy of machine noise). The fastest median
+rounds of rotating order (one pass is at the mercy of machine noise). A setting and its
+PER_CALL twin share one process (`time_twins`: timed in turn, in blocks), so that the choice
+of steps per call is free of the drift between processes, which on the project's hosts can
+exceed what 4 steps per call is worth. The fastest median
 over the rounds is kept if it beats XLA's defaults by more than `margin` (3 %) and was
 faster than them in every round; else the defaults. So a candidate that was slower than the
 defaults in a round is not timed in the rounds after it: it cannot be chosen. Where several
@@ -81,6 +84,8 @@ PER_CALL = 4
 PER_CALL_SUFFIX = f'_{PER_CALL}_per_call'
 OPT_OUT = 'TX_TUNE'
 WORKER = 'tx.runs.tune:time_step'
+TWIN_WORKER = 'tx.runs.tune:time_twins'
+TWIN_BLOCKS = 2  # blocks of alternating order in which `time_twins` times each variant
 
 
 def cache_dir(env=None) -> Path:
@@ -319,30 +324,51 @@ def _measure(cfg, host, path, candidates, steps, warmup, rounds, margin, threads
   names = list(candidates)
   skipped = {}  # name -> the round it lost to the defaults in
 
-  def time_one(name: str, label: str) -> None:
-    flags, model, train = _setting(candidates[name])
+  def time_group(group: list[str], label: str) -> None:
+    """Times `group` (one candidate, or a candidate and its per-call twin) in one process."""
+    flags, model, _ = _setting(candidates[group[0]])
+    trains = [_setting(candidates[name])[2] for name in group]
+    job = (WORKER, dict(spec, model_overrides=model, train_overrides=trains[0]))
+    if len(group) > 1:
+      job = (TWIN_WORKER, dict(spec, model_overrides=model, train_variants=trains))
     try:
-      result = run_isolated(WORKER, dict(spec, model_overrides=model, train_overrides=train),
-                            threads=threads, env={'XLA_FLAGS': merge_flags(own, flags)})
+      result = run_isolated(*job, threads=threads, env={'XLA_FLAGS': merge_flags(own, flags)})
     except BenchError as e:
-      failed[name] = str(e)
-      say(f'tx tune: {name}: failed ({e})')
+      for name in group:
+        failed[name] = str(e)
+        say(f'tx tune: {name}: failed ({e})')
       return
-    runs.setdefault(name, []).append(result['step_time_s'])
-    details[name] = result
-    say(f'tx tune: {label} {name:<22} {result["step_time_s"] * 1e3:9.1f} ms/step '
-        f'(compile {result["compile_s"]:.1f}s) {_described(flags, model, train)}')
+    together = f' (one process with {", ".join(group)})' if len(group) > 1 else ''
+    for name, one, train in zip(group, result.get('variants', [result]), trains):
+      runs.setdefault(name, []).append(one['step_time_s'])
+      details[name] = one
+      say(f'tx tune: {label} {name:<22} {one["step_time_s"] * 1e3:9.1f} ms/step '
+          f'(compile {one["compile_s"]:.1f}s) {_described(flags, model, train)}{together}')
+
+  def due(name: str) -> bool:
+    """Whether `name` may still be chosen: not failed, and not slower than the defaults in a
+    round (`choose` needs a win in every round), which skips it from then on."""
+    if name in failed or name in skipped:
+      return False
+    lost = None if 'default' in failed else _lost_a_round(runs, name)
+    if lost is not None:
+      skipped[name] = lost + 1
+      say(f'tx tune: {name} is slower than the defaults in round {lost + 1}; not timed again')
+    return lost is None
+
+  def time_round(round_names: list[str], label: str) -> None:
+    timed = set()
+    for name in round_names:
+      if name in timed or not due(name):
+        continue
+      twin = _twin(name, candidates)
+      group = [name] + ([twin] if twin in round_names and twin not in timed and due(twin)
+                        else [])
+      time_group(group, label)
+      timed.update(group)
 
   for r in range(rounds):
-    for name in _rotated(names, r):
-      if name in failed or name in skipped:
-        continue
-      lost = None if 'default' in failed else _lost_a_round(runs, name)
-      if lost is not None:  # `choose` needs a win in every round: it cannot be chosen
-        skipped[name] = lost + 1
-        say(f'tx tune: {name} is slower than the defaults in round {lost + 1}; not timed again')
-        continue
-      time_one(name, f'round {r + 1}')
+    time_round(_rotated(names, r), f'round {r + 1}')
   medians = lambda: {n: statistics.median(t) for n, t in runs.items() if n not in failed}
   timings = medians()
   if not timings:
@@ -354,9 +380,7 @@ def _measure(cfg, host, path, candidates, steps, warmup, rounds, margin, threads
     say(f'tx tune: {", ".join(runoff)} within {margin:.0%} of each other; '
         f'{rounds} more round(s) of those')
     for r in range(rounds):
-      for name in _rotated(runoff, r):
-        if name not in failed:
-          time_one(name, f'runoff {r + 1}')
+      time_round(_rotated(runoff, r), f'runoff {r + 1}')
     timings = medians()
     choice = choose(timings, margin, runs)
   else:
@@ -382,6 +406,20 @@ def _measure(cfg, host, path, candidates, steps, warmup, rounds, margin, threads
 def _rotated(names: list[str], r: int) -> list[str]:
   """Round r's order: each round starts one candidate later."""
   return names[r % len(names):] + names[:r % len(names)]
+
+
+def _twin(name: str, candidates: dict) -> str | None:
+  """The candidate in `candidates` that differs from `name` only in running PER_CALL steps
+  per call (its `_4_per_call` twin, or the one it is the twin of), None if there is none:
+  `tune` times the two in one process (`time_twins`)."""
+  base = name.removesuffix(PER_CALL_SUFFIX)
+  one, four = (base, name) if base != name else (name, name + PER_CALL_SUFFIX)
+  if one not in candidates or four not in candidates:
+    return None
+  (flags, model, train), four_setting = _setting(candidates[one]), _setting(candidates[four])
+  if four_setting != (flags, model, dict(train, steps_per_call=PER_CALL)):
+    return None
+  return four if name == one else one
 
 
 def _lost_a_round(runs: dict[str, list[float]], name: str) -> int | None:
@@ -422,12 +460,12 @@ def apply(cfg, *, env=None, say=print, tune_if_missing: bool = False) -> dict | 
   return entry
 
 
-def compiled_step(spec: dict):
+def compiled_step(spec: dict, state=None):
   """(compiled training call, initial state, synthetic batch, cfg, compile seconds) of
   spec['config'] (an ExperimentConfig as a dict) with spec['model_overrides'] and
   spec['train_overrides'] applied, on this process's first device: the step `tx train`
   compiles (train.steps_per_call steps per call, batches [K, B, ...]), fed synthetic batches
-  of its shapes."""
+  of its shapes. `state`: a training state of the same model to use instead of a new one."""
   import flax.linen as nn  # pylint: disable=g-import-not-at-top
   import jax  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
@@ -469,7 +507,8 @@ def compiled_step(spec: dict):
     start = time.perf_counter()
     compiled = step.lower(abstract, batch).compile()
     compile_s = time.perf_counter() - start
-    state = init_state(model, optimizer, cfg.model, shardings, seed=0)
+    if state is None:
+      state = init_state(model, optimizer, cfg.model, shardings, seed=0)
   return compiled, state, batch, cfg, compile_s
 
 
@@ -478,23 +517,69 @@ def time_step(spec: dict) -> dict:
   (`compiled_step`) and times it on synthetic batches of its shapes. Returns step_time_s
   (median over the calls that make spec['steps'] timed steps, after those that make
   spec['warmup']; a call of K steps counts as K steps of a K-th of its time),
-  step_time_min_s, compile_s, platform, attention_impl, matmul_impl, norm_impl (after
-  spec['model_overrides']), steps_per_call (after spec['train_overrides']), xla_flags."""
-  import jax  # pylint: disable=g-import-not-at-top
+  step_time_min_s, step_times_s (every timed call's), compile_s, platform, attention_impl,
+  matmul_impl, norm_impl (after spec['model_overrides']), steps_per_call (after
+  spec['train_overrides']), xla_flags."""
   compiled, state, batch, cfg, compile_s = compiled_step(spec)
   per_call = cfg.train.per_call
-  times, warmup = [], -(-spec['warmup'] // per_call)  # calls, rounded up
-  for i in range(warmup + -(-spec['steps'] // per_call)):
+  state, _ = _timed_calls(compiled, state, batch, per_call, _calls(spec['warmup'], per_call))
+  _, times = _timed_calls(compiled, state, batch, per_call, _calls(spec['steps'], per_call))
+  return _timing(times, compile_s, cfg)
+
+
+def time_twins(spec: dict) -> dict:
+  """Worker (run in its own process by `tune`): `time_step`'s measurement of one model
+  setting's step under each of spec['train_variants'] (train overrides: steps per call),
+  compiled in this one process on one shared training state and timed in turn, so that
+  their comparison is free of the drift between processes. Each is warmed up, then timed in
+  TWIN_BLOCKS blocks of alternating order: per block, one untimed call (the switch from the
+  other program, whose first call pays for its scratch buffer again) and its share of
+  spec['steps']. Returns {'variants': [`time_step`'s result per variant, in order]}."""
+  steps, state = [], None
+  for train in spec['train_variants']:
+    compiled, state, batch, cfg, compile_s = compiled_step(dict(spec, train_overrides=train),
+                                                           state)
+    steps.append({'call': compiled, 'batch': batch, 'cfg': cfg, 'compile_s': compile_s,
+                  'per_call': cfg.train.per_call, 'times': []})
+
+  def run(step, calls):
+    nonlocal state
+    state, times = _timed_calls(step['call'], state, step['batch'], step['per_call'], calls)
+    return times
+
+  for step in steps:
+    run(step, _calls(spec['warmup'], step['per_call']))
+  for block in range(TWIN_BLOCKS):
+    for step in steps if block % 2 == 0 else steps[::-1]:
+      run(step, 1)  # the switch from the other program: untimed
+      step['times'] += run(step, -(-_calls(spec['steps'], step['per_call']) // TWIN_BLOCKS))
+  return {'variants': [_timing(s['times'], s['compile_s'], s['cfg']) for s in steps]}
+
+
+def _calls(steps: int, per_call: int) -> int:
+  """Calls of `per_call` steps that make at least `steps` steps."""
+  return -(-steps // per_call)
+
+
+def _timed_calls(compiled, state, batch, per_call: int, calls: int):
+  """(state after `calls` calls of `compiled`, each call's seconds per step)."""
+  import jax  # pylint: disable=g-import-not-at-top
+  times = []
+  for _ in range(calls):
     start = time.perf_counter()
     state, metrics = compiled(state, batch)
     jax.block_until_ready(metrics)
-    if i >= warmup:
-      times.append((time.perf_counter() - start) / per_call)
+    times.append((time.perf_counter() - start) / per_call)
+  return state, times
+
+
+def _timing(times: list[float], compile_s: float, cfg) -> dict:
+  import jax  # pylint: disable=g-import-not-at-top
   return {'step_time_s': statistics.median(times), 'step_time_min_s': min(times),
-          'compile_s': compile_s, 'platform': jax.devices()[0].platform,
+          'step_times_s': times, 'compile_s': compile_s, 'platform': jax.devices()[0].platform,
           'attention_impl': cfg.model.attention_impl, 'matmul_impl': cfg.model.matmul_impl,
           'norm_impl': cfg.model.norm_impl,
-          'steps_per_call': per_call, 'xla_flags': os.environ.get('XLA_FLAGS', '')}
+          'steps_per_call': cfg.train.per_call, 'xla_flags': os.environ.get('XLA_FLAGS', '')}
 
 
 def cli(args, resolve) -> int:
