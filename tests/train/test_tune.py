@@ -414,7 +414,9 @@ def test_a_setting_and_its_per_call_twin_are_timed_in_one_process(tuned, tmp_pat
   details = tuned[0]['details']  # the real worker: each variant's own step
   assert details['default']['steps_per_call'] == 1
   assert details['default_4_per_call']['steps_per_call'] == 4
-  assert any('one process with' in line for line in tuned[2])
+  assert details['default']['pid'] == details['default_4_per_call']['pid']
+  assert details['default']['pid'] != details['onednn']['pid']
+  assert any('one process with default, default_4_per_call' in line for line in tuned[2])
   calls = []
   times = {'default': [1.0, 1.0, 1.0], 'default_4_per_call': [0.8, 0.8, 0.8],
            'slow': [1.2], 'slow_4_per_call': [0.9, 0.9, 0.9]}

@@ -519,7 +519,7 @@ def time_step(spec: dict) -> dict:
   spec['warmup']; a call of K steps counts as K steps of a K-th of its time),
   step_time_min_s, step_times_s (every timed call's), compile_s, platform, attention_impl,
   matmul_impl, norm_impl (after spec['model_overrides']), steps_per_call (after
-  spec['train_overrides']), xla_flags."""
+  spec['train_overrides']), xla_flags, pid (the measuring process)."""
   compiled, state, batch, cfg, compile_s = compiled_step(spec)
   per_call = cfg.train.per_call
   state, _ = _timed_calls(compiled, state, batch, per_call, _calls(spec['warmup'], per_call))
@@ -579,7 +579,8 @@ def _timing(times: list[float], compile_s: float, cfg) -> dict:
           'step_times_s': times, 'compile_s': compile_s, 'platform': jax.devices()[0].platform,
           'attention_impl': cfg.model.attention_impl, 'matmul_impl': cfg.model.matmul_impl,
           'norm_impl': cfg.model.norm_impl,
-          'steps_per_call': cfg.train.per_call, 'xla_flags': os.environ.get('XLA_FLAGS', '')}
+          'steps_per_call': cfg.train.per_call, 'xla_flags': os.environ.get('XLA_FLAGS', ''),
+          'pid': os.getpid()}
 
 
 def cli(args, resolve) -> int:
