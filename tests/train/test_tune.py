@@ -321,13 +321,14 @@ def test_a_chosen_model_setting_is_cached_and_applied_by_train_unless_set(tmp_pa
   config that left the attention to tx ('auto'), with a line saying so, and only then."""
   seen = []
   def fake(target, spec, *, threads, env):
-    seen.append(spec['model_overrides'])
-    return {'step_time_s': 0.5 if spec['model_overrides'] else 1.0, 'compile_s': 0.0}
+    seen.append((target, [v['model_overrides'] for v in spec['variants']]))
+    return {'variants': [{'step_time_s': 0.5 if v['model_overrides'] else 1.0, 'compile_s': 0.0}
+                         for v in spec['variants']]}
   monkeypatch.setattr(worker, 'run_isolated', fake)
   candidates = {'default': '', 'torch_attention': tune.MODEL_CANDIDATES['torch_attention']}
   entry = tune.tune(_cfg(), candidates=candidates, rounds=1, env={'TX_CACHE_DIR': str(tmp_path)},
                     say=lambda m: None)
-  assert seen == [{}, {'attention_impl': 'torch'}]
+  assert seen == [(tune.GROUP_WORKER, [{}, {'attention_impl': 'torch'}])]  # no flags: one process
   assert entry['choice'] == 'torch_attention' and entry['xla_flags'] == ''
   assert entry['model_overrides'] == {'attention_impl': 'torch'}
   said = []
@@ -381,19 +382,16 @@ def test_a_chosen_steps_per_call_is_cached_and_applied_by_train_unless_set(tmp_p
   applies it (with the model settings) where the config left it None, with a line saying so."""
   seen = []
   def fake(target, spec, *, threads, env):
-    seen.append((target, spec['model_overrides'], spec.get('train_variants')))
-    timing = lambda train: {'step_time_s': 0.5 if train else 1.0, 'compile_s': 0.0}
-    if target == tune.TWIN_WORKER:
-      return {'variants': [timing(train) for train in spec['train_variants']]}
-    return timing(spec['train_overrides'])
+    seen.append([(v['model_overrides'], v['train_overrides']) for v in spec['variants']])
+    return {'variants': [{'step_time_s': 0.5 if v['train_overrides'] else 1.0, 'compile_s': 0.0}
+                         for v in spec['variants']]}
   monkeypatch.setattr(worker, 'run_isolated', fake)
   known = tune.known_candidates()
   candidates = {n: known[n] for n in ('default', 'torch_attention', 'torch_attention_4_per_call')}
   entry = tune.tune(_cfg(), candidates=candidates, rounds=1, env={'TX_CACHE_DIR': str(tmp_path)},
                     say=lambda m: None)
-  # torch's attention at 1 and at 4 steps per call: one process, one model setting
-  assert seen == [(tune.WORKER, {}, None),
-                  (tune.TWIN_WORKER, {'attention_impl': 'torch'}, [{}, {'steps_per_call': 4}])]
+  assert seen == [[({}, {}), ({'attention_impl': 'torch'}, {}),
+                   ({'attention_impl': 'torch'}, {'steps_per_call': 4})]]
   assert entry['choice'] == 'torch_attention_4_per_call'
   assert entry['train_overrides'] == {'steps_per_call': 4}
   said = []
@@ -407,43 +405,48 @@ def test_a_chosen_steps_per_call_is_cached_and_applied_by_train_unless_set(tmp_p
   assert len(said) == 2
 
 
-def test_a_setting_and_its_per_call_twin_are_timed_in_one_process(tuned, tmp_path, monkeypatch):
-  """default and default_4_per_call share a process (`time_twins`) in each round, in the
-  round's rotated order; a twin whose partner lost a round, or one whose settings differ in
-  more than steps per call, is timed alone."""
-  details = tuned[0]['details']  # the real worker: each variant's own step
+def test_candidates_with_the_same_flags_share_a_process(tuned, tmp_path, monkeypatch):
+  """XLA's defaults, the model candidates and their per-call twins (no flags of their own)
+  are timed in one process per round (`time_in_turn`), in the round's rotated order; a
+  candidate with flags gets its own; one that lost a round leaves its group; one that does
+  not compile fails alone."""
+  details = tuned[0]['details']  # the real worker: each variant its own step, one process
   assert details['default']['steps_per_call'] == 1
   assert details['default_4_per_call']['steps_per_call'] == 4
-  assert details['default']['pid'] == details['default_4_per_call']['pid']
+  shared = {n for n in details if n != 'onednn'}
+  assert len(shared) > 2 and len({details[n]['pid'] for n in shared}) == 1
   assert details['default']['pid'] != details['onednn']['pid']
-  assert any('one process with default, default_4_per_call' in line for line in tuned[2])
+  assert any('one process with' in line for line in tuned[2])
   calls = []
   times = {'default': [1.0, 1.0, 1.0], 'default_4_per_call': [0.8, 0.8, 0.8],
-           'slow': [1.2], 'slow_4_per_call': [0.9, 0.9, 0.9]}
-  flags = {'slow': '--slow=1'}
+           'attn': [1.2], 'flags': [0.9, 0.9, 0.9]}
   def fake(target, spec, *, threads, env):
-    trains = spec['train_variants'] if target == tune.TWIN_WORKER else [spec['train_overrides']]
-    names = [('slow' if '--slow=1' in env['XLA_FLAGS'] else 'default')
-             + ('_4_per_call' if train else '') for train in trains]
+    if target == tune.WORKER:
+      calls.append((target, ['flags']))
+      return {'step_time_s': times['flags'][len(calls) // 2], 'compile_s': 0.0}
+    names = [('attn' if v['model_overrides'] else 'default')
+             + ('_4_per_call' if v['train_overrides'] else '') for v in spec['variants']]
     calls.append((target, names))
-    timed = [{'step_time_s': times[n][sum(n in c[1] for c in calls) - 1], 'compile_s': 0.0}
-             for n in names]
-    return {'variants': timed} if target == tune.TWIN_WORKER else timed[0]
+    done = sum(target == tune.GROUP_WORKER for target, _ in calls) - 1
+    return {'variants': [{'error': 'ValueError: no kernel'} if n == 'attn_4_per_call' else
+                         {'step_time_s': times[n][done], 'compile_s': 0.0} for n in names]}
   monkeypatch.setattr(worker, 'run_isolated', fake)
-  twin = {'xla_flags': '--slow=1', 'train': {'steps_per_call': 4}}
-  candidates = {'default': '', 'default_4_per_call': tune.known_candidates()[
-      'default_4_per_call'], 'slow': flags['slow'], 'slow_4_per_call': twin}
+  known = tune.known_candidates()
+  candidates = {'default': '', 'default_4_per_call': known['default_4_per_call'],
+                'attn': known['torch_attention'], 'attn_4_per_call': known[
+                    'torch_attention_4_per_call'], 'flags': '--flags=1'}
+  said = []
   entry = tune.tune(_cfg(), candidates=candidates, rounds=3, margin=0.03,
-                    env={'TX_CACHE_DIR': str(tmp_path)}, say=lambda m: None)
+                    env={'TX_CACHE_DIR': str(tmp_path)}, say=said.append)
+  group = tune.GROUP_WORKER
   assert calls == [
-      (tune.TWIN_WORKER, ['default', 'default_4_per_call']),
-      (tune.TWIN_WORKER, ['slow', 'slow_4_per_call']),
-      (tune.TWIN_WORKER, ['default_4_per_call', 'default']),  # round 2 starts one later
-      (tune.WORKER, ['slow_4_per_call']),  # 'slow' lost round 1: its twin alone
-      (tune.WORKER, ['slow_4_per_call']),  # round 3 starts with 'slow': skipped
-      (tune.TWIN_WORKER, ['default', 'default_4_per_call'])]
-  assert entry['skipped'] == {'slow': 1} and entry['choice'] == 'default_4_per_call'
-  assert tune._twin('slow', candidates) == 'slow_4_per_call'
-  assert tune._twin('default_4_per_call', candidates) == 'default'
-  assert tune._twin('slow_4_per_call', dict(candidates, slow='--other=1')) is None
-  assert tune._twin('default', {'default': ''}) is None
+      (group, ['default', 'default_4_per_call', 'attn', 'attn_4_per_call']),
+      (tune.WORKER, ['flags']),
+      (group, ['default_4_per_call', 'default']),  # round 2 starts one later; 'attn' lost round 1
+      (tune.WORKER, ['flags']),
+      (tune.WORKER, ['flags']),  # round 3 starts with 'attn' (skipped), then the failed twin
+      (group, ['default', 'default_4_per_call'])]
+  assert entry['skipped'] == {'attn': 1}
+  assert entry['failed'] == {'attn_4_per_call': 'ValueError: no kernel'}
+  assert entry['choice'] == 'default_4_per_call'
+  assert any('attn_4_per_call: failed (ValueError: no kernel)' in line for line in said)

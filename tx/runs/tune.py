@@ -13,10 +13,12 @@ layers, torch's norms), and, where the config leaves train.steps_per_call to tx,
 model candidate again at PER_CALL steps per compiled call, compiles the experiment's
 real training step (its model, optimizer, dropout and batch shapes, on synthetic tokens) in a
 fresh process, as `tx bench` does, and times `steps` steps after `warmup`, in `rounds`
-rounds of rotating order (one pass is at the mercy of machine noise). A setting and its
-PER_CALL twin share one process (`time_twins`: timed in turn, in blocks), so that the choice
-of steps per call is free of the drift between processes, which on the project's hosts can
-exceed what 4 steps per call is worth. The fastest median
+rounds of rotating order (one pass is at the mercy of machine noise). The candidates that
+share their XLA flags (XLA's defaults, every model candidate and each one's PER_CALL twin)
+share one process per round (`time_in_turn`: timed in turn, in blocks), so that their
+comparison is free of the drift between processes, which on the project's hosts can exceed
+what a setting is worth; a candidate with flags of its own gets a process of its own (XLA
+reads its flags once per process). The fastest median
 over the rounds is kept if it beats XLA's defaults by more than `margin` (3 %) and was
 faster than them in every round; else the defaults. So a candidate that was slower than the
 defaults in a round is not timed in the rounds after it: it cannot be chosen. Where several
@@ -84,8 +86,8 @@ PER_CALL = 4
 PER_CALL_SUFFIX = f'_{PER_CALL}_per_call'
 OPT_OUT = 'TX_TUNE'
 WORKER = 'tx.runs.tune:time_step'
-TWIN_WORKER = 'tx.runs.tune:time_twins'
-TWIN_BLOCKS = 2  # blocks of alternating order in which `time_twins` times each variant
+GROUP_WORKER = 'tx.runs.tune:time_in_turn'
+TURN_BLOCKS = 2  # blocks of alternating order in which `time_in_turn` times each variant
 
 
 def cache_dir(env=None) -> Path:
@@ -325,21 +327,23 @@ def _measure(cfg, host, path, candidates, steps, warmup, rounds, margin, threads
   skipped = {}  # name -> the round it lost to the defaults in
 
   def time_group(group: list[str], label: str) -> None:
-    """Times `group` (one candidate, or a candidate and its per-call twin) in one process."""
-    flags, model, _ = _setting(candidates[group[0]])
-    trains = [_setting(candidates[name])[2] for name in group]
-    job = (WORKER, dict(spec, model_overrides=model, train_overrides=trains[0]))
+    """Times `group` (candidates with the same XLA flags) in one process."""
+    flags = _setting(candidates[group[0]])[0]
+    settings = [_setting(candidates[name])[1:] for name in group]
+    job = (WORKER, dict(spec, model_overrides=settings[0][0], train_overrides=settings[0][1]))
     if len(group) > 1:
-      job = (TWIN_WORKER, dict(spec, model_overrides=model, train_variants=trains))
+      job = (GROUP_WORKER, dict(spec, variants=[
+          {'model_overrides': model, 'train_overrides': train} for model, train in settings]))
     try:
       result = run_isolated(*job, threads=threads, env={'XLA_FLAGS': merge_flags(own, flags)})
     except BenchError as e:
-      for name in group:
-        failed[name] = str(e)
-        say(f'tx tune: {name}: failed ({e})')
-      return
-    together = f' (one process with {", ".join(group)})' if len(group) > 1 else ''
-    for name, one, train in zip(group, result.get('variants', [result]), trains):
+      result = {'variants': [{'error': str(e)}] * len(group)}
+    together = f' (one process with {len(group) - 1} more)' if len(group) > 1 else ''
+    for name, one, (model, train) in zip(group, result.get('variants', [result]), settings):
+      if 'error' in one:
+        failed[name] = one['error']
+        say(f'tx tune: {name}: failed ({one["error"]})')
+        continue
       runs.setdefault(name, []).append(one['step_time_s'])
       details[name] = one
       say(f'tx tune: {label} {name:<22} {one["step_time_s"] * 1e3:9.1f} ms/step '
@@ -357,15 +361,14 @@ def _measure(cfg, host, path, candidates, steps, warmup, rounds, margin, threads
     return lost is None
 
   def time_round(round_names: list[str], label: str) -> None:
-    timed = set()
-    for name in round_names:
-      if name in timed or not due(name):
-        continue
-      twin = _twin(name, candidates)
-      group = [name] + ([twin] if twin in round_names and twin not in timed and due(twin)
-                        else [])
+    """Times each of `round_names` still due, those with the same flags in one process,
+    in the round's order."""
+    due_now = [name for name in round_names if due(name)]
+    by_flags = {}
+    for name in due_now:
+      by_flags.setdefault(_setting(candidates[name])[0], []).append(name)
+    for group in by_flags.values():
       time_group(group, label)
-      timed.update(group)
 
   for r in range(rounds):
     time_round(_rotated(names, r), f'round {r + 1}')
@@ -406,20 +409,6 @@ def _measure(cfg, host, path, candidates, steps, warmup, rounds, margin, threads
 def _rotated(names: list[str], r: int) -> list[str]:
   """Round r's order: each round starts one candidate later."""
   return names[r % len(names):] + names[:r % len(names)]
-
-
-def _twin(name: str, candidates: dict) -> str | None:
-  """The candidate in `candidates` that differs from `name` only in running PER_CALL steps
-  per call (its `_4_per_call` twin, or the one it is the twin of), None if there is none:
-  `tune` times the two in one process (`time_twins`)."""
-  base = name.removesuffix(PER_CALL_SUFFIX)
-  one, four = (base, name) if base != name else (name, name + PER_CALL_SUFFIX)
-  if one not in candidates or four not in candidates:
-    return None
-  (flags, model, train), four_setting = _setting(candidates[one]), _setting(candidates[four])
-  if four_setting != (flags, model, dict(train, steps_per_call=PER_CALL)):
-    return None
-  return four if name == one else one
 
 
 def _lost_a_round(runs: dict[str, list[float]], name: str) -> int | None:
@@ -465,7 +454,8 @@ def compiled_step(spec: dict, state=None):
   spec['config'] (an ExperimentConfig as a dict) with spec['model_overrides'] and
   spec['train_overrides'] applied, on this process's first device: the step `tx train`
   compiles (train.steps_per_call steps per call, batches [K, B, ...]), fed synthetic batches
-  of its shapes. `state`: a training state of the same model to use instead of a new one."""
+  of its shapes. `state`: a training state to use instead of a new one where it has the
+  shapes of this step's state (the same model under other settings)."""
   import flax.linen as nn  # pylint: disable=g-import-not-at-top
   import jax  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
@@ -507,7 +497,9 @@ def compiled_step(spec: dict, state=None):
     start = time.perf_counter()
     compiled = step.lower(abstract, batch).compile()
     compile_s = time.perf_counter() - start
-    if state is None:
+    shape_of = lambda tree: (jax.tree.structure(tree),
+                             [(x.shape, x.dtype) for x in jax.tree.leaves(tree)])
+    if state is None or shape_of(state) != shape_of(abstract):
       state = init_state(model, optimizer, cfg.model, shardings, seed=0)
   return compiled, state, batch, cfg, compile_s
 
@@ -527,20 +519,26 @@ def time_step(spec: dict) -> dict:
   return _timing(times, compile_s, cfg)
 
 
-def time_twins(spec: dict) -> dict:
-  """Worker (run in its own process by `tune`): `time_step`'s measurement of one model
-  setting's step under each of spec['train_variants'] (train overrides: steps per call),
-  compiled in this one process on one shared training state and timed in turn, so that
-  their comparison is free of the drift between processes. Each is warmed up, then timed in
-  TWIN_BLOCKS blocks of alternating order: per block, one untimed call (the switch from the
-  other program, whose first call pays for its scratch buffer again) and its share of
-  spec['steps']. Returns {'variants': [`time_step`'s result per variant, in order]}."""
-  steps, state = [], None
-  for train in spec['train_variants']:
-    compiled, state, batch, cfg, compile_s = compiled_step(dict(spec, train_overrides=train),
-                                                           state)
+def time_in_turn(spec: dict) -> dict:
+  """Worker (run in its own process by `tune`): `time_step`'s measurement of each of
+  spec['variants'] ({'model_overrides', 'train_overrides'}: candidates with the same XLA
+  flags), compiled in this one process and timed in turn, so that their comparison is free of
+  the drift between processes. One training state serves every variant whose parameters and
+  optimizer state have its shapes. Each is warmed up, then timed in TURN_BLOCKS blocks of
+  alternating order: per block, one untimed call (the switch from another program, whose
+  first call pays for its scratch buffer again) and its share of spec['steps']. Returns
+  {'variants': [`time_step`'s result, or {'error': why} where it did not compile, per
+  variant in order]}."""
+  steps, results, state = [], [], None
+  for variant in spec['variants']:
+    try:
+      compiled, state, batch, cfg, compile_s = compiled_step(dict(spec, **variant), state)
+    except Exception as e:  # pylint: disable=broad-exception-caught  (that variant fails alone)
+      results.append({'error': f'{type(e).__name__}: {e}'.splitlines()[0]})
+      continue
     steps.append({'call': compiled, 'batch': batch, 'cfg': cfg, 'compile_s': compile_s,
                   'per_call': cfg.train.per_call, 'times': []})
+    results.append(steps[-1])
 
   def run(step, calls):
     nonlocal state
@@ -549,11 +547,12 @@ def time_twins(spec: dict) -> dict:
 
   for step in steps:
     run(step, _calls(spec['warmup'], step['per_call']))
-  for block in range(TWIN_BLOCKS):
+  for block in range(TURN_BLOCKS):
     for step in steps if block % 2 == 0 else steps[::-1]:
-      run(step, 1)  # the switch from the other program: untimed
-      step['times'] += run(step, -(-_calls(spec['steps'], step['per_call']) // TWIN_BLOCKS))
-  return {'variants': [_timing(s['times'], s['compile_s'], s['cfg']) for s in steps]}
+      run(step, 1)  # the switch from the other programs: untimed
+      step['times'] += run(step, -(-_calls(spec['steps'], step['per_call']) // TURN_BLOCKS))
+  return {'variants': [r if 'error' in r else _timing(r['times'], r['compile_s'], r['cfg'])
+                       for r in results]}
 
 
 def _calls(steps: int, per_call: int) -> int:
