@@ -450,3 +450,19 @@ def test_candidates_with_the_same_flags_share_a_process(tuned, tmp_path, monkeyp
   assert entry['failed'] == {'attn_4_per_call': 'ValueError: no kernel'}
   assert entry['choice'] == 'default_4_per_call'
   assert any('attn_4_per_call: failed (ValueError: no kernel)' in line for line in said)
+
+
+def test_time_in_turn_shares_a_state_where_it_can_and_fails_a_variant_alone():
+  """The group worker in this process, on the tiny model: a variant with other parameter
+  shapes gets its own state, one that does not compile reports why, the rest are timed."""
+  from tx.config.base import to_dict  # pylint: disable=g-import-not-at-top
+  spec = {'config': to_dict(tune.one_device_config(_cfg())), 'steps': 2, 'warmup': 1,
+          'variants': [{'model_overrides': {}, 'train_overrides': {}},
+                       {'model_overrides': {}, 'train_overrides': {'steps_per_call': 2}},
+                       {'model_overrides': {'attention_impl': 'nosuch'}, 'train_overrides': {}},
+                       {'model_overrides': {'d_ff': 128}, 'train_overrides': {}}]}
+  one, two, broken, wider = tune.time_in_turn(spec)['variants']
+  assert one['steps_per_call'] == 1 and two['steps_per_call'] == 2 and 'error' not in wider
+  assert len(one['step_times_s']) == len(wider['step_times_s']) == 2  # a call a block
+  assert len(two['step_times_s']) == 2 and all(t > 0 for t in two['step_times_s'])
+  assert set(broken) == {'error'} and 'nosuch' in broken['error']

@@ -524,32 +524,37 @@ def time_in_turn(spec: dict) -> dict:
   spec['variants'] ({'model_overrides', 'train_overrides'}: candidates with the same XLA
   flags), compiled in this one process and timed in turn, so that their comparison is free of
   the drift between processes. One training state serves every variant whose parameters and
-  optimizer state have its shapes. Each is warmed up, then timed in TURN_BLOCKS blocks of
-  alternating order: per block, one untimed call (the switch from another program, whose
-  first call pays for its scratch buffer again) and its share of spec['steps']. Returns
+  optimizer state have its shapes. They are timed in TURN_BLOCKS blocks of alternating
+  order: per block, untimed calls (the switch from another program, whose first call pays
+  for its scratch buffer again; in the first block those that make spec['warmup'] steps, at
+  least one) and then its share of spec['steps']. Returns
   {'variants': [`time_step`'s result, or {'error': why} where it did not compile, per
   variant in order]}."""
-  steps, results, state = [], [], None
+  steps, results, states = [], [], []  # states: the first one, and any of other shapes
   for variant in spec['variants']:
     try:
-      compiled, state, batch, cfg, compile_s = compiled_step(dict(spec, **variant), state)
+      compiled, state, batch, cfg, compile_s = compiled_step(dict(spec, **variant),
+                                                             states[0] if states else None)
     except Exception as e:  # pylint: disable=broad-exception-caught  (that variant fails alone)
       results.append({'error': f'{type(e).__name__}: {e}'.splitlines()[0]})
       continue
+    if not states or state is not states[0]:
+      states.append(state)
     steps.append({'call': compiled, 'batch': batch, 'cfg': cfg, 'compile_s': compile_s,
-                  'per_call': cfg.train.per_call, 'times': []})
+                  'per_call': cfg.train.per_call, 'times': [],
+                  'state': 0 if state is states[0] else len(states) - 1})
     results.append(steps[-1])
 
   def run(step, calls):
-    nonlocal state
-    state, times = _timed_calls(step['call'], state, step['batch'], step['per_call'], calls)
+    i = step['state']
+    states[i], times = _timed_calls(step['call'], states[i], step['batch'], step['per_call'],
+                                    calls)
     return times
 
-  for step in steps:
-    run(step, _calls(spec['warmup'], step['per_call']))
   for block in range(TURN_BLOCKS):
     for step in steps if block % 2 == 0 else steps[::-1]:
-      run(step, 1)  # the switch from the other programs: untimed
+      # untimed: the switch from the other programs, in the first block with the warmup
+      run(step, max(1, _calls(spec['warmup'], step['per_call'])) if block == 0 else 1)
       step['times'] += run(step, -(-_calls(spec['steps'], step['per_call']) // TURN_BLOCKS))
   return {'variants': [r if 'error' in r else _timing(r['times'], r['compile_s'], r['cfg'])
                        for r in results]}
