@@ -1,5 +1,5 @@
-"""`tx tune`: the selection runs (each candidate timed in its own process), is cached per host
-and step, is applied by `tx train`, and can be turned off. No timing thresholds: which
+"""`tx tune`: the selection runs (a round's candidates timed in turn in one process), is cached
+per host and step, is applied by `tx train`, and can be turned off. No timing thresholds: which
 candidate wins is the machine's business; the tests check the selection rule on the recorded
 (or, for the rule itself, fixed) timings and that each candidate's flags reach its step."""
 
@@ -52,9 +52,10 @@ def test_the_fastest_measured_candidate_is_chosen_and_cached(tuned):
   assert entry['xla_flags'] == {'onednn': ONEDNN}.get(entry['choice'], '')
   assert entry['model_overrides'] == (
       tune.MODEL_CANDIDATES.get(entry['choice'], {}).get('model', {}))
-  # each candidate's flags reached its measuring process
-  assert ONEDNN in entry['details']['onednn']['xla_flags']
-  assert ONEDNN not in entry['details']['default']['xla_flags']
+  # each candidate's flags reached its own compile, in the round's one process
+  assert entry['details']['onednn']['xla_options'] == {'xla_cpu_use_onednn': True}
+  assert entry['details']['default']['xla_options'] == {}
+  assert entry['details']['onednn']['pid'] == entry['details']['default']['pid']
   path = tune.entry_path(_cfg(), host_lib.probe(env), env)
   assert path.parent == tune.cache_dir(env) and json.loads(path.read_text()) == entry
   assert any('chose' in line for line in said)
@@ -147,13 +148,8 @@ def test_cli_errors_are_one_line(argv, says, capsys, tmp_path, monkeypatch):
 def test_rounds_rotate_and_the_defaults_stay_unless_clearly_beaten(tmp_path, monkeypatch):
   """The selection rule on fixed timings (no machine involved): medians over rounds, each
   round in a rotated order, and a candidate must beat the defaults by more than the margin."""
-  order, times = [], {'default': [1.00, 1.00], 'a': [0.99, 0.98], 'b': [0.90, 1.30]}
-  def fake(target, spec, *, threads, env):
-    name = next(n for n, f in {'a': '--a=1', 'b': '--b=1'}.items() if f in env['XLA_FLAGS']) \
-        if env['XLA_FLAGS'] else 'default'
-    order.append(name)
-    return {'step_time_s': times[name][order.count(name) - 1], 'compile_s': 0.0}
-  monkeypatch.setattr(worker, 'run_isolated', fake)
+  times = {'default': [1.00, 1.00], 'a': [0.99, 0.98], 'b': [0.90, 1.30]}
+  order = _scripted_timings(monkeypatch, times, {'a': '--a=1', 'b': '--b=1'})
   env = {'TX_CACHE_DIR': str(tmp_path)}
   entry = tune.tune(_cfg(), candidates={'default': '', 'a': '--a=1', 'b': '--b=1'}, rounds=2,
                     margin=0.03, env=env, say=lambda m: None)
@@ -170,13 +166,19 @@ def test_rounds_rotate_and_the_defaults_stay_unless_clearly_beaten(tmp_path, mon
 
 
 def _scripted_timings(monkeypatch, times: dict, flags: dict) -> list:
-  """Replaces the measuring process: the candidate whose flag is in XLA_FLAGS ('default'
-  without one) takes the next of its `times`; returns the list of candidates in timing order."""
+  """Replaces the measuring process: each variant, named by its compiler options (the
+  candidate in `flags` whose flag they are; 'default' without any), takes the next of its
+  `times`; returns the list of candidates in timing order."""
   order = []
   def fake(target, spec, *, threads, env):
-    name = next((n for n, f in flags.items() if f in env['XLA_FLAGS']), 'default')
-    order.append(name)
-    return {'step_time_s': times[name][order.count(name) - 1], 'compile_s': 0.0}
+    assert target == tune.WORKER and env['XLA_FLAGS'] == ''  # a candidate's flags: options
+    results = []
+    for variant in spec['variants']:
+      name = next((n for n, f in flags.items()
+                   if variant['xla_options'] == tune.compile_options(f)), 'default')
+      order.append(name)
+      results.append({'step_time_s': times[name][order.count(name) - 1], 'compile_s': 0.0})
+    return {'variants': results}
   monkeypatch.setattr(worker, 'run_isolated', fake)
   return order
 
@@ -229,10 +231,10 @@ def test_processes_of_one_host_measure_once(tmp_path, monkeypatch):
   second waits for the first's measurement and reads its entry instead of timing again."""
   started, calls = threading.Event(), []
   def fake(target, spec, *, threads, env):
-    calls.append(env['XLA_FLAGS'])
+    calls.append([v['xla_options'] for v in spec['variants']])
     started.set()
     time.sleep(0.3)  # the other caller arrives while this one measures
-    return {'step_time_s': 1.0, 'compile_s': 0.0}
+    return {'variants': [{'step_time_s': 1.0, 'compile_s': 0.0}] * len(spec['variants'])}
   monkeypatch.setattr(worker, 'run_isolated', fake)
   env, said, entries = {'TX_CACHE_DIR': str(tmp_path)}, [], []
   measure = lambda: entries.append(tune.tune(_cfg(), candidates={'default': '', 'a': '--a=1'},
@@ -242,7 +244,7 @@ def test_processes_of_one_host_measure_once(tmp_path, monkeypatch):
   assert started.wait(60)
   measure()
   first.join()
-  assert sorted(calls) == ['', '--a=1'] and entries[0] == entries[1]
+  assert calls == [[{}, {'a': 1}]] and entries[0] == entries[1]
   assert any('waiting for its choice' in line for line in said)
   assert any('cached choice' in line for line in said)
 
@@ -328,7 +330,7 @@ def test_a_chosen_model_setting_is_cached_and_applied_by_train_unless_set(tmp_pa
   candidates = {'default': '', 'torch_attention': tune.MODEL_CANDIDATES['torch_attention']}
   entry = tune.tune(_cfg(), candidates=candidates, rounds=1, env={'TX_CACHE_DIR': str(tmp_path)},
                     say=lambda m: None)
-  assert seen == [(tune.GROUP_WORKER, [{}, {'attention_impl': 'torch'}])]  # no flags: one process
+  assert seen == [(tune.WORKER, [{}, {'attention_impl': 'torch'}])]  # one process
   assert entry['choice'] == 'torch_attention' and entry['xla_flags'] == ''
   assert entry['model_overrides'] == {'attention_impl': 'torch'}
   said = []
@@ -405,31 +407,25 @@ def test_a_chosen_steps_per_call_is_cached_and_applied_by_train_unless_set(tmp_p
   assert len(said) == 2
 
 
-def test_candidates_with_the_same_flags_share_a_process(tuned, tmp_path, monkeypatch):
-  """XLA's defaults, the model candidates and their per-call twins (no flags of their own)
-  are timed in one process per round (`time_in_turn`), in the round's rotated order; a
-  candidate with flags gets its own; one that lost a round leaves its group; one that does
-  not compile fails alone."""
+def test_a_rounds_candidates_share_a_process(tuned, tmp_path, monkeypatch):
+  """Every candidate of a round, flags and all, is timed in one process (`time_in_turn`), in
+  the round's rotated order; one that lost a round leaves it; one that does not compile fails
+  alone."""
   details = tuned[0]['details']  # the real worker: each variant its own step, one process
   assert details['default']['steps_per_call'] == 1
   assert details['default_4_per_call']['steps_per_call'] == 4
-  shared = {n for n in details if n != 'onednn'}
-  assert len(shared) > 2 and len({details[n]['pid'] for n in shared}) == 1
-  assert details['default']['pid'] != details['onednn']['pid']
+  assert len(details) > 2 and len({d['pid'] for d in details.values()}) == 1
   assert any('one process with' in line for line in tuned[2])
   calls = []
   times = {'default': [1.0, 1.0, 1.0], 'default_4_per_call': [0.8, 0.8, 0.8],
            'attn': [1.2], 'flags': [0.9, 0.9, 0.9]}
   def fake(target, spec, *, threads, env):
-    if target == tune.WORKER:
-      calls.append((target, ['flags']))
-      return {'step_time_s': times['flags'][len(calls) // 2], 'compile_s': 0.0}
-    names = [('attn' if v['model_overrides'] else 'default')
+    names = ['flags' if v['xla_options'] else ('attn' if v['model_overrides'] else 'default')
              + ('_4_per_call' if v['train_overrides'] else '') for v in spec['variants']]
     calls.append((target, names))
-    done = sum(target == tune.GROUP_WORKER for target, _ in calls) - 1
     return {'variants': [{'error': 'ValueError: no kernel'} if n == 'attn_4_per_call' else
-                         {'step_time_s': times[n][done], 'compile_s': 0.0} for n in names]}
+                         {'step_time_s': times[n][len(calls) - 1], 'compile_s': 0.0}
+                         for n in names]}
   monkeypatch.setattr(worker, 'run_isolated', fake)
   known = tune.known_candidates()
   candidates = {'default': '', 'default_4_per_call': known['default_4_per_call'],
@@ -438,18 +434,51 @@ def test_candidates_with_the_same_flags_share_a_process(tuned, tmp_path, monkeyp
   said = []
   entry = tune.tune(_cfg(), candidates=candidates, rounds=3, margin=0.03,
                     env={'TX_CACHE_DIR': str(tmp_path)}, say=said.append)
-  group = tune.GROUP_WORKER
   assert calls == [
-      (group, ['default', 'default_4_per_call', 'attn', 'attn_4_per_call']),
-      (tune.WORKER, ['flags']),
-      (group, ['default_4_per_call', 'default']),  # round 2 starts one later; 'attn' lost round 1
-      (tune.WORKER, ['flags']),
-      (tune.WORKER, ['flags']),  # round 3 starts with 'attn' (skipped), then the failed twin
-      (group, ['default', 'default_4_per_call'])]
+      (tune.WORKER, ['default', 'default_4_per_call', 'attn', 'attn_4_per_call', 'flags']),
+      (tune.WORKER, ['default_4_per_call', 'flags', 'default']),  # 'attn' lost round 1
+      (tune.WORKER, ['flags', 'default', 'default_4_per_call'])]  # round 3 starts at 'attn'
   assert entry['skipped'] == {'attn': 1}
   assert entry['failed'] == {'attn_4_per_call': 'ValueError: no kernel'}
   assert entry['choice'] == 'default_4_per_call'
   assert any('attn_4_per_call: failed (ValueError: no kernel)' in line for line in said)
+
+
+def test_flags_become_the_compiler_options_of_one_compile():
+  """A candidate's XLA_FLAGS as compiler options (the same program, in one process): enum
+  names for the fusion types, booleans, numbers; a flag the user set in XLA_FLAGS is left
+  out (theirs wins)."""
+  assert tune.compile_options(tune.CANDIDATES['onednn']) == {'xla_cpu_use_onednn': True}
+  assert tune.compile_options(tune.CANDIDATES['onednn_dots']) == {
+      'xla_cpu_experimental_onednn_fusion_type': 'LIBRARY_FUSION_TYPE_DOT',
+      'xla_cpu_experimental_ynn_fusion_type': ''}
+  assert tune.compile_options('--x_fusion_type=dot,eltwise --n=3 --s=abc --b=false') == {
+      'x_fusion_type': 'LIBRARY_FUSION_TYPE_DOT,LIBRARY_FUSION_TYPE_ELTWISE', 'n': 3,
+      's': 'abc', 'b': False}
+  assert tune.compile_options(ONEDNN, own='--xla_cpu_use_onednn=false') == {}
+  assert tune.compile_options('') == {}
+
+
+_PROGRAM = """
+import json, sys
+import jax, jax.numpy as jnp
+f = jax.jit(lambda a, b: jax.nn.gelu(a @ b).sum(0) + jnp.mean(a, -1).sum())
+lowered = f.lower(jnp.ones((128, 128)), jnp.ones((128, 128)))
+print(lowered.compile(compiler_options=json.loads(sys.argv[1]) or None).as_text())
+"""
+
+
+@pytest.mark.parametrize('name', list(tune.CANDIDATES))
+def test_a_candidates_options_compile_the_program_its_flags_do(name):
+  """XLA_FLAGS in a process's environment and `compile_options` of the same flags in one
+  compile give the same optimized program: the tune times what `tx train` will run."""
+  def program(flags, options):
+    env = dict(os.environ, XLA_FLAGS=flags, JAX_PLATFORMS='cpu')
+    out = subprocess.run([sys.executable, '-c', _PROGRAM, json.dumps(options)], env=env,
+                         capture_output=True, text=True, check=True).stdout
+    return ' '.join(out.split())
+  flags = tune.CANDIDATES[name]
+  assert program(flags, {}) == program('', tune.compile_options(flags))
 
 
 def test_time_in_turn_shares_a_state_where_it_can_and_fails_a_variant_alone():

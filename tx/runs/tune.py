@@ -13,12 +13,11 @@ layers, torch's norms), and, where the config leaves train.steps_per_call to tx,
 model candidate again at PER_CALL steps per compiled call, compiles the experiment's
 real training step (its model, optimizer, dropout and batch shapes, on synthetic tokens) in a
 fresh process, as `tx bench` does, and times `steps` steps after `warmup`, in `rounds`
-rounds of rotating order (one pass is at the mercy of machine noise). The candidates that
-share their XLA flags (XLA's defaults, every model candidate and each one's PER_CALL twin)
-share one process per round (`time_in_turn`: timed in turn, in blocks), so that their
-comparison is free of the drift between processes, which on the project's hosts can exceed
-what a setting is worth; a candidate with flags of its own gets a process of its own (XLA
-reads its flags once per process). The fastest median
+rounds of rotating order (one pass is at the mercy of machine noise). A round's candidates
+share one process (`time_in_turn`: timed in turn, in blocks; a candidate's XLA
+flags reach its own compile as compiler options, which give the program XLA_FLAGS would),
+so that their comparison is free of the drift between processes, which on the project's
+hosts can exceed what a setting is worth. The fastest median
 over the rounds is kept if it beats XLA's defaults by more than `margin` (3 %) and was
 faster than them in every round; else the defaults. So a candidate that was slower than the
 defaults in a round is not timed in the rounds after it: it cannot be chosen. Where several
@@ -85,8 +84,7 @@ MODEL_CANDIDATES = {
 PER_CALL = 4
 PER_CALL_SUFFIX = f'_{PER_CALL}_per_call'
 OPT_OUT = 'TX_TUNE'
-WORKER = 'tx.runs.tune:time_step'
-GROUP_WORKER = 'tx.runs.tune:time_in_turn'
+WORKER = 'tx.runs.tune:time_in_turn'
 TURN_BLOCKS = 2  # blocks of alternating order in which `time_in_turn` times each variant
 
 
@@ -231,6 +229,27 @@ def merge_flags(current: str, chosen: str) -> str:
   return ' '.join(current.split() + extra)
 
 
+def compile_options(flags: str, own: str = '') -> dict:
+  """XLA_FLAGS `flags` ('--name=value ...') as the compiler options of one compile
+  (`lowered.compile(compiler_options=...)`), leaving out the names `own` (the user's
+  XLA_FLAGS, which win) sets: true / false as booleans, numbers as numbers, and the CPU
+  fusion-type lists ('dot', 'dot,eltwise', '' for none) as the enum names the options take
+  ('LIBRARY_FUSION_TYPE_DOT')."""
+  have = {f.split('=')[0] for f in own.split()}
+  out = {}
+  for flag in flags.split():
+    name, _, value = flag.partition('=')
+    if name in have:
+      continue
+    if name.endswith('_fusion_type'):
+      out[name[2:]] = ','.join(f'LIBRARY_FUSION_TYPE_{v.upper()}' for v in value.split(',') if v)
+    elif value.lower() in ('true', 'false'):
+      out[name[2:]] = value.lower() == 'true'
+    else:
+      out[name[2:]] = int(value) if value.lstrip('-').isdigit() else value
+  return out
+
+
 def choose(timings: dict[str, float], margin: float,
            rounds: dict[str, list[float]] | None = None) -> str:
   """The fastest candidate (by its median in `timings`), but 'default' unless that one is
@@ -262,8 +281,9 @@ def winners(timings: dict[str, float], margin: float,
 def tune(cfg, *, candidates=None, steps: int = 5, warmup: int = 2, rounds: int = 2,
          margin: float = 0.03, threads: int | None = None, force: bool = False, say=print,
          env=None) -> dict:
-  """Times `cfg`'s step under each candidate (name -> XLA flags; default `CANDIDATES`) in
-  fresh processes, `rounds` times in a rotating order (a candidate that lost a round to the
+  """Times `cfg`'s step under each candidate (name -> XLA flags, or {'xla_flags', 'model',
+  'train'}; default: every one that applies) in one fresh process per round, `rounds` times
+  in a rotating order (a candidate that lost a round to the
   defaults is skipped after it; near ties get a runoff: see the module's docstring), and
   keeps `choose(median per candidate, margin, times per round)`. Writes and returns the
   cache entry: {'choice', 'xla_flags', 'timings': {name: median s/step over its rounds},
@@ -327,19 +347,17 @@ def _measure(cfg, host, path, candidates, steps, warmup, rounds, margin, threads
   skipped = {}  # name -> the round it lost to the defaults in
 
   def time_group(group: list[str], label: str) -> None:
-    """Times `group` (candidates with the same XLA flags) in one process."""
-    flags = _setting(candidates[group[0]])[0]
-    settings = [_setting(candidates[name])[1:] for name in group]
-    job = (WORKER, dict(spec, model_overrides=settings[0][0], train_overrides=settings[0][1]))
-    if len(group) > 1:
-      job = (GROUP_WORKER, dict(spec, variants=[
-          {'model_overrides': model, 'train_overrides': train} for model, train in settings]))
+    """Times `group` in one process."""
+    settings = [_setting(candidates[name]) for name in group]
+    variants = [{'model_overrides': model, 'train_overrides': train,
+                 'xla_options': compile_options(flags, own)} for flags, model, train in settings]
     try:
-      result = run_isolated(*job, threads=threads, env={'XLA_FLAGS': merge_flags(own, flags)})
+      result = run_isolated(WORKER, dict(spec, variants=variants), threads=threads,
+                            env={'XLA_FLAGS': own})
     except BenchError as e:
       result = {'variants': [{'error': str(e)}] * len(group)}
     together = f' (one process with {len(group) - 1} more)' if len(group) > 1 else ''
-    for name, one, (model, train) in zip(group, result.get('variants', [result]), settings):
+    for name, one, (flags, model, train) in zip(group, result['variants'], settings):
       if 'error' in one:
         failed[name] = one['error']
         say(f'tx tune: {name}: failed ({one["error"]})')
@@ -361,14 +379,10 @@ def _measure(cfg, host, path, candidates, steps, warmup, rounds, margin, threads
     return lost is None
 
   def time_round(round_names: list[str], label: str) -> None:
-    """Times each of `round_names` still due, those with the same flags in one process,
-    in the round's order."""
+    """Times each of `round_names` still due, in one process, in the round's order."""
     due_now = [name for name in round_names if due(name)]
-    by_flags = {}
-    for name in due_now:
-      by_flags.setdefault(_setting(candidates[name])[0], []).append(name)
-    for group in by_flags.values():
-      time_group(group, label)
+    if due_now:
+      time_group(due_now, label)
 
   for r in range(rounds):
     time_round(_rotated(names, r), f'round {r + 1}')
@@ -452,7 +466,8 @@ def apply(cfg, *, env=None, say=print, tune_if_missing: bool = False) -> dict | 
 def compiled_step(spec: dict, state=None):
   """(compiled training call, initial state, synthetic batch, cfg, compile seconds) of
   spec['config'] (an ExperimentConfig as a dict) with spec['model_overrides'] and
-  spec['train_overrides'] applied, on this process's first device: the step `tx train`
+  spec['train_overrides'] applied, compiled with spec['xla_options'] (compiler options, see
+  `compile_options`) on this process's first device: the step `tx train`
   compiles (train.steps_per_call steps per call, batches [K, B, ...]), fed synthetic batches
   of its shapes. `state`: a training state to use instead of a new one where it has the
   shapes of this step's state (the same model under other settings)."""
@@ -495,7 +510,8 @@ def compiled_step(spec: dict, state=None):
     batch = jax.device_put(batch, stacked_sharding(batch_sharding(mesh)) if per_call > 1
                            else batch_sharding(mesh))
     start = time.perf_counter()
-    compiled = step.lower(abstract, batch).compile()
+    compiled = step.lower(abstract, batch).compile(
+        compiler_options=spec.get('xla_options') or None)
     compile_s = time.perf_counter() - start
     shape_of = lambda tree: (jax.tree.structure(tree),
                              [(x.shape, x.dtype) for x in jax.tree.leaves(tree)])
@@ -504,32 +520,20 @@ def compiled_step(spec: dict, state=None):
   return compiled, state, batch, cfg, compile_s
 
 
-def time_step(spec: dict) -> dict:
-  """Worker (run in its own process by `tune`): compiles spec['config']'s training step
-  (`compiled_step`) and times it on synthetic batches of its shapes. Returns step_time_s
-  (median over the calls that make spec['steps'] timed steps, after those that make
-  spec['warmup']; a call of K steps counts as K steps of a K-th of its time),
-  step_time_min_s, step_times_s (every timed call's), compile_s, platform, attention_impl,
-  matmul_impl, norm_impl (after spec['model_overrides']), steps_per_call (after
-  spec['train_overrides']), xla_flags, pid (the measuring process)."""
-  compiled, state, batch, cfg, compile_s = compiled_step(spec)
-  per_call = cfg.train.per_call
-  state, _ = _timed_calls(compiled, state, batch, per_call, _calls(spec['warmup'], per_call))
-  _, times = _timed_calls(compiled, state, batch, per_call, _calls(spec['steps'], per_call))
-  return _timing(times, compile_s, cfg)
-
-
 def time_in_turn(spec: dict) -> dict:
-  """Worker (run in its own process by `tune`): `time_step`'s measurement of each of
-  spec['variants'] ({'model_overrides', 'train_overrides'}: candidates with the same XLA
-  flags), compiled in this one process and timed in turn, so that their comparison is free of
-  the drift between processes. One training state serves every variant whose parameters and
-  optimizer state have its shapes. They are timed in TURN_BLOCKS blocks of alternating
-  order: per block, untimed calls (the switch from another program, whose first call pays
-  for its scratch buffer again; in the first block those that make spec['warmup'] steps, at
-  least one) and then its share of spec['steps']. Returns
-  {'variants': [`time_step`'s result, or {'error': why} where it did not compile, per
-  variant in order]}."""
+  """Worker (run in its own process by `tune`): the training step of spec['config'] under
+  each of spec['variants'] ({'model_overrides', 'train_overrides', 'xla_options'}: see
+  `compiled_step`), compiled in this one process and timed in turn on synthetic batches of
+  its shapes, so that their comparison is free of the drift between processes. One training
+  state serves every variant whose parameters and optimizer state have its shapes. They are
+  timed in TURN_BLOCKS blocks of alternating order: per block, untimed calls (the switch
+  from another program, whose first call pays for its scratch buffer again; in the first
+  block those that make spec['warmup'] steps, at least one) and then its share of the calls
+  that make spec['steps'] steps (a call of K steps counts as K steps of a K-th of its time).
+  Returns {'variants': [per variant in order, {'error': why} where it did not compile, else
+  step_time_s (median over its timed calls), step_time_min_s, step_times_s, compile_s,
+  platform, attention_impl, matmul_impl, norm_impl, steps_per_call (after the overrides),
+  xla_flags (the process's), xla_options, pid]}."""
   steps, results, states = [], [], []  # states: the first one, and any of other shapes
   for variant in spec['variants']:
     try:
@@ -557,7 +561,8 @@ def time_in_turn(spec: dict) -> dict:
       run(step, max(1, _calls(spec['warmup'], step['per_call'])) if block == 0 else 1)
       step['times'] += run(step, -(-_calls(spec['steps'], step['per_call']) // TURN_BLOCKS))
   return {'variants': [r if 'error' in r else _timing(r['times'], r['compile_s'], r['cfg'])
-                       for r in results]}
+                       | {'xla_options': variant.get('xla_options') or {}}
+                       for r, variant in zip(results, spec['variants'])]}
 
 
 def _calls(steps: int, per_call: int) -> int:
