@@ -1,5 +1,5 @@
-"""`tx tune`: the selection runs (a round's candidates timed in turn in one process), is cached
-per host and step, is applied by `tx train`, and can be turned off. No timing thresholds: which
+"""`tx tune`: the selection runs (each candidate timed in its own process), is cached per host
+and step, is applied by `tx train`, and can be turned off. No timing thresholds: which
 candidate wins is the machine's business; the tests check the selection rule on the recorded
 (or, for the rule itself, fixed) timings and that each candidate's flags reach its step."""
 
@@ -52,10 +52,9 @@ def test_the_fastest_measured_candidate_is_chosen_and_cached(tuned):
   assert entry['xla_flags'] == {'onednn': ONEDNN}.get(entry['choice'], '')
   assert entry['model_overrides'] == (
       tune.MODEL_CANDIDATES.get(entry['choice'], {}).get('model', {}))
-  # each candidate's flags reached its own compile, in the round's one process
-  assert entry['details']['onednn']['xla_options'] == {'xla_cpu_use_onednn': True}
-  assert entry['details']['default']['xla_options'] == {}
-  assert entry['details']['onednn']['pid'] == entry['details']['default']['pid']
+  # each candidate's flags reached its measuring process
+  assert ONEDNN in entry['details']['onednn']['xla_flags']
+  assert ONEDNN not in entry['details']['default']['xla_flags']
   path = tune.entry_path(_cfg(), host_lib.probe(env), env)
   assert path.parent == tune.cache_dir(env) and json.loads(path.read_text()) == entry
   assert any('chose' in line for line in said)
@@ -148,8 +147,13 @@ def test_cli_errors_are_one_line(argv, says, capsys, tmp_path, monkeypatch):
 def test_rounds_rotate_and_the_defaults_stay_unless_clearly_beaten(tmp_path, monkeypatch):
   """The selection rule on fixed timings (no machine involved): medians over rounds, each
   round in a rotated order, and a candidate must beat the defaults by more than the margin."""
-  times = {'default': [1.00, 1.00], 'a': [0.99, 0.98], 'b': [0.90, 1.30]}
-  order = _scripted_timings(monkeypatch, times, {'a': '--a=1', 'b': '--b=1'})
+  order, times = [], {'default': [1.00, 1.00], 'a': [0.99, 0.98], 'b': [0.90, 1.30]}
+  def fake(target, spec, *, threads, env):
+    name = next(n for n, f in {'a': '--a=1', 'b': '--b=1'}.items() if f in env['XLA_FLAGS']) \
+        if env['XLA_FLAGS'] else 'default'
+    order.append(name)
+    return {'step_time_s': times[name][order.count(name) - 1], 'compile_s': 0.0}
+  monkeypatch.setattr(worker, 'run_isolated', fake)
   env = {'TX_CACHE_DIR': str(tmp_path)}
   entry = tune.tune(_cfg(), candidates={'default': '', 'a': '--a=1', 'b': '--b=1'}, rounds=2,
                     margin=0.03, env=env, say=lambda m: None)
@@ -166,19 +170,13 @@ def test_rounds_rotate_and_the_defaults_stay_unless_clearly_beaten(tmp_path, mon
 
 
 def _scripted_timings(monkeypatch, times: dict, flags: dict) -> list:
-  """Replaces the measuring process: each variant, named by its compiler options (the
-  candidate in `flags` whose flag they are; 'default' without any), takes the next of its
-  `times`; returns the list of candidates in timing order."""
+  """Replaces the measuring process: the candidate whose flag is in XLA_FLAGS ('default'
+  without one) takes the next of its `times`; returns the list of candidates in timing order."""
   order = []
   def fake(target, spec, *, threads, env):
-    assert target == tune.WORKER and env['XLA_FLAGS'] == ''  # a candidate's flags: options
-    results = []
-    for variant in spec['variants']:
-      name = next((n for n, f in flags.items()
-                   if variant['xla_options'] == tune.compile_options(f)), 'default')
-      order.append(name)
-      results.append({'step_time_s': times[name][order.count(name) - 1], 'compile_s': 0.0})
-    return {'variants': results}
+    name = next((n for n, f in flags.items() if f in env['XLA_FLAGS']), 'default')
+    order.append(name)
+    return {'step_time_s': times[name][order.count(name) - 1], 'compile_s': 0.0}
   monkeypatch.setattr(worker, 'run_isolated', fake)
   return order
 
@@ -231,10 +229,10 @@ def test_processes_of_one_host_measure_once(tmp_path, monkeypatch):
   second waits for the first's measurement and reads its entry instead of timing again."""
   started, calls = threading.Event(), []
   def fake(target, spec, *, threads, env):
-    calls.append([v['xla_options'] for v in spec['variants']])
+    calls.append(env['XLA_FLAGS'])
     started.set()
     time.sleep(0.3)  # the other caller arrives while this one measures
-    return {'variants': [{'step_time_s': 1.0, 'compile_s': 0.0}] * len(spec['variants'])}
+    return {'step_time_s': 1.0, 'compile_s': 0.0}
   monkeypatch.setattr(worker, 'run_isolated', fake)
   env, said, entries = {'TX_CACHE_DIR': str(tmp_path)}, [], []
   measure = lambda: entries.append(tune.tune(_cfg(), candidates={'default': '', 'a': '--a=1'},
@@ -244,7 +242,7 @@ def test_processes_of_one_host_measure_once(tmp_path, monkeypatch):
   assert started.wait(60)
   measure()
   first.join()
-  assert calls == [[{}, {'a': 1}]] and entries[0] == entries[1]
+  assert sorted(calls) == ['', '--a=1'] and entries[0] == entries[1]
   assert any('waiting for its choice' in line for line in said)
   assert any('cached choice' in line for line in said)
 
@@ -323,14 +321,13 @@ def test_a_chosen_model_setting_is_cached_and_applied_by_train_unless_set(tmp_pa
   config that left the attention to tx ('auto'), with a line saying so, and only then."""
   seen = []
   def fake(target, spec, *, threads, env):
-    seen.append((target, [v['model_overrides'] for v in spec['variants']]))
-    return {'variants': [{'step_time_s': 0.5 if v['model_overrides'] else 1.0, 'compile_s': 0.0}
-                         for v in spec['variants']]}
+    seen.append(spec['model_overrides'])
+    return {'step_time_s': 0.5 if spec['model_overrides'] else 1.0, 'compile_s': 0.0}
   monkeypatch.setattr(worker, 'run_isolated', fake)
   candidates = {'default': '', 'torch_attention': tune.MODEL_CANDIDATES['torch_attention']}
   entry = tune.tune(_cfg(), candidates=candidates, rounds=1, env={'TX_CACHE_DIR': str(tmp_path)},
                     say=lambda m: None)
-  assert seen == [(tune.WORKER, [{}, {'attention_impl': 'torch'}])]  # one process
+  assert seen == [{}, {'attention_impl': 'torch'}]
   assert entry['choice'] == 'torch_attention' and entry['xla_flags'] == ''
   assert entry['model_overrides'] == {'attention_impl': 'torch'}
   said = []
@@ -384,16 +381,19 @@ def test_a_chosen_steps_per_call_is_cached_and_applied_by_train_unless_set(tmp_p
   applies it (with the model settings) where the config left it None, with a line saying so."""
   seen = []
   def fake(target, spec, *, threads, env):
-    seen.append([(v['model_overrides'], v['train_overrides']) for v in spec['variants']])
-    return {'variants': [{'step_time_s': 0.5 if v['train_overrides'] else 1.0, 'compile_s': 0.0}
-                         for v in spec['variants']]}
+    seen.append((target, spec['model_overrides'], spec.get('train_variants')))
+    timing = lambda train: {'step_time_s': 0.5 if train else 1.0, 'compile_s': 0.0}
+    if target == tune.TWIN_WORKER:
+      return {'variants': [timing(train) for train in spec['train_variants']]}
+    return timing(spec['train_overrides'])
   monkeypatch.setattr(worker, 'run_isolated', fake)
   known = tune.known_candidates()
   candidates = {n: known[n] for n in ('default', 'torch_attention', 'torch_attention_4_per_call')}
   entry = tune.tune(_cfg(), candidates=candidates, rounds=1, env={'TX_CACHE_DIR': str(tmp_path)},
                     say=lambda m: None)
-  assert seen == [[({}, {}), ({'attention_impl': 'torch'}, {}),
-                   ({'attention_impl': 'torch'}, {'steps_per_call': 4})]]
+  # torch's attention at 1 and at 4 steps per call: one process, one model setting
+  assert seen == [(tune.WORKER, {}, None),
+                  (tune.TWIN_WORKER, {'attention_impl': 'torch'}, [{}, {'steps_per_call': 4}])]
   assert entry['choice'] == 'torch_attention_4_per_call'
   assert entry['train_overrides'] == {'steps_per_call': 4}
   said = []
@@ -407,91 +407,55 @@ def test_a_chosen_steps_per_call_is_cached_and_applied_by_train_unless_set(tmp_p
   assert len(said) == 2
 
 
-def test_a_rounds_candidates_share_a_process(tuned, tmp_path, monkeypatch):
-  """Every candidate of a round, flags and all, is timed in one process (`time_in_turn`), in
-  the round's rotated order; one that lost a round leaves it; one that does not compile fails
-  alone."""
-  details = tuned[0]['details']  # the real worker: each variant its own step, one process
+def test_a_setting_and_its_per_call_twin_are_timed_in_one_process(tuned, tmp_path, monkeypatch):
+  """default and default_4_per_call share a process (`time_twins`) in each round, in the
+  round's rotated order; a twin whose partner lost a round, or one whose settings differ in
+  more than steps per call, is timed alone."""
+  details = tuned[0]['details']  # the real worker: each variant's own step
   assert details['default']['steps_per_call'] == 1
   assert details['default_4_per_call']['steps_per_call'] == 4
-  assert len(details) > 2 and len({d['pid'] for d in details.values()}) == 1
-  assert any('one process with' in line for line in tuned[2])
+  assert details['default']['pid'] == details['default_4_per_call']['pid']
+  assert details['default']['pid'] != details['onednn']['pid']
+  assert any('one process with default, default_4_per_call' in line for line in tuned[2])
   calls = []
   times = {'default': [1.0, 1.0, 1.0], 'default_4_per_call': [0.8, 0.8, 0.8],
-           'attn': [1.2], 'flags': [0.9, 0.9, 0.9]}
+           'slow': [1.2], 'slow_4_per_call': [0.9, 0.9, 0.9]}
+  flags = {'slow': '--slow=1'}
   def fake(target, spec, *, threads, env):
-    names = ['flags' if v['xla_options'] else ('attn' if v['model_overrides'] else 'default')
-             + ('_4_per_call' if v['train_overrides'] else '') for v in spec['variants']]
+    trains = spec['train_variants'] if target == tune.TWIN_WORKER else [spec['train_overrides']]
+    names = [('slow' if '--slow=1' in env['XLA_FLAGS'] else 'default')
+             + ('_4_per_call' if train else '') for train in trains]
     calls.append((target, names))
-    return {'variants': [{'error': 'ValueError: no kernel'} if n == 'attn_4_per_call' else
-                         {'step_time_s': times[n][len(calls) - 1], 'compile_s': 0.0}
-                         for n in names]}
+    timed = [{'step_time_s': times[n][sum(n in c[1] for c in calls) - 1], 'compile_s': 0.0}
+             for n in names]
+    return {'variants': timed} if target == tune.TWIN_WORKER else timed[0]
   monkeypatch.setattr(worker, 'run_isolated', fake)
-  known = tune.known_candidates()
-  candidates = {'default': '', 'default_4_per_call': known['default_4_per_call'],
-                'attn': known['torch_attention'], 'attn_4_per_call': known[
-                    'torch_attention_4_per_call'], 'flags': '--flags=1'}
-  said = []
+  twin = {'xla_flags': '--slow=1', 'train': {'steps_per_call': 4}}
+  candidates = {'default': '', 'default_4_per_call': tune.known_candidates()[
+      'default_4_per_call'], 'slow': flags['slow'], 'slow_4_per_call': twin}
   entry = tune.tune(_cfg(), candidates=candidates, rounds=3, margin=0.03,
-                    env={'TX_CACHE_DIR': str(tmp_path)}, say=said.append)
+                    env={'TX_CACHE_DIR': str(tmp_path)}, say=lambda m: None)
   assert calls == [
-      (tune.WORKER, ['default', 'default_4_per_call', 'attn', 'attn_4_per_call', 'flags']),
-      (tune.WORKER, ['default_4_per_call', 'flags', 'default']),  # 'attn' lost round 1
-      (tune.WORKER, ['flags', 'default', 'default_4_per_call'])]  # round 3 starts at 'attn'
-  assert entry['skipped'] == {'attn': 1}
-  assert entry['failed'] == {'attn_4_per_call': 'ValueError: no kernel'}
-  assert entry['choice'] == 'default_4_per_call'
-  assert any('attn_4_per_call: failed (ValueError: no kernel)' in line for line in said)
+      (tune.TWIN_WORKER, ['default', 'default_4_per_call']),
+      (tune.TWIN_WORKER, ['slow', 'slow_4_per_call']),
+      (tune.TWIN_WORKER, ['default_4_per_call', 'default']),  # round 2 starts one later
+      (tune.WORKER, ['slow_4_per_call']),  # 'slow' lost round 1: its twin alone
+      (tune.WORKER, ['slow_4_per_call']),  # round 3 starts with 'slow': skipped
+      (tune.TWIN_WORKER, ['default', 'default_4_per_call'])]
+  assert entry['skipped'] == {'slow': 1} and entry['choice'] == 'default_4_per_call'
+  assert tune._twin('slow', candidates) == 'slow_4_per_call'
+  assert tune._twin('default_4_per_call', candidates) == 'default'
+  assert tune._twin('slow_4_per_call', dict(candidates, slow='--other=1')) is None
+  assert tune._twin('default', {'default': ''}) is None
 
 
-def test_flags_become_the_compiler_options_of_one_compile():
-  """A candidate's XLA_FLAGS as compiler options (the same program, in one process): enum
-  names for the fusion types, booleans, numbers; a flag the user set in XLA_FLAGS is left
-  out (theirs wins)."""
-  assert tune.compile_options(tune.CANDIDATES['onednn']) == {'xla_cpu_use_onednn': True}
-  assert tune.compile_options(tune.CANDIDATES['onednn_dots']) == {
-      'xla_cpu_experimental_onednn_fusion_type': 'LIBRARY_FUSION_TYPE_DOT',
-      'xla_cpu_experimental_ynn_fusion_type': ''}
-  assert tune.compile_options('--x_fusion_type=dot,eltwise --n=3 --s=abc --b=false') == {
-      'x_fusion_type': 'LIBRARY_FUSION_TYPE_DOT,LIBRARY_FUSION_TYPE_ELTWISE', 'n': 3,
-      's': 'abc', 'b': False}
-  assert tune.compile_options(ONEDNN, own='--xla_cpu_use_onednn=false') == {}
-  assert tune.compile_options('') == {}
-
-
-_PROGRAM = """
-import json, sys
-import jax, jax.numpy as jnp
-f = jax.jit(lambda a, b: jax.nn.gelu(a @ b).sum(0) + jnp.mean(a, -1).sum())
-lowered = f.lower(jnp.ones((128, 128)), jnp.ones((128, 128)))
-print(lowered.compile(compiler_options=json.loads(sys.argv[1]) or None).as_text())
-"""
-
-
-@pytest.mark.parametrize('name', list(tune.CANDIDATES))
-def test_a_candidates_options_compile_the_program_its_flags_do(name):
-  """XLA_FLAGS in a process's environment and `compile_options` of the same flags in one
-  compile give the same optimized program: the tune times what `tx train` will run."""
-  def program(flags, options):
-    env = dict(os.environ, XLA_FLAGS=flags, JAX_PLATFORMS='cpu')
-    out = subprocess.run([sys.executable, '-c', _PROGRAM, json.dumps(options)], env=env,
-                         capture_output=True, text=True, check=True).stdout
-    return ' '.join(out.split())
-  flags = tune.CANDIDATES[name]
-  assert program(flags, {}) == program('', tune.compile_options(flags))
-
-
-def test_time_in_turn_shares_a_state_where_it_can_and_fails_a_variant_alone():
-  """The group worker in this process, on the tiny model: a variant with other parameter
-  shapes gets its own state, one that does not compile reports why, the rest are timed."""
+def test_time_twins_times_both_programs_on_one_state():
+  """The twin worker in this process, on the tiny model: each variant's own steps per call,
+  its share of the timed calls in each of the two blocks, after its warmup."""
   from tx.config.base import to_dict  # pylint: disable=g-import-not-at-top
-  spec = {'config': to_dict(tune.one_device_config(_cfg())), 'steps': 2, 'warmup': 1,
-          'variants': [{'model_overrides': {}, 'train_overrides': {}},
-                       {'model_overrides': {}, 'train_overrides': {'steps_per_call': 2}},
-                       {'model_overrides': {'attention_impl': 'nosuch'}, 'train_overrides': {}},
-                       {'model_overrides': {'d_ff': 128}, 'train_overrides': {}}]}
-  one, two, broken, wider = tune.time_in_turn(spec)['variants']
-  assert one['steps_per_call'] == 1 and two['steps_per_call'] == 2 and 'error' not in wider
-  assert len(one['step_times_s']) == len(wider['step_times_s']) == 2  # a call a block
-  assert len(two['step_times_s']) == 2 and all(t > 0 for t in two['step_times_s'])
-  assert set(broken) == {'error'} and 'nosuch' in broken['error']
+  spec = {'config': to_dict(tune.one_device_config(_cfg())), 'steps': 4, 'warmup': 1,
+          'model_overrides': {}, 'train_variants': [{}, {'steps_per_call': 2}]}
+  one, two = tune.time_twins(spec)['variants']
+  assert (one['steps_per_call'], two['steps_per_call']) == (1, 2)
+  assert len(one['step_times_s']) == 4 and len(two['step_times_s']) == 2  # 2 / 1 a block
+  assert one['pid'] == two['pid'] and all(t > 0 for t in one['step_times_s'] + two['step_times_s'])

@@ -13,11 +13,10 @@ layers, torch's norms), and, where the config leaves train.steps_per_call to tx,
 model candidate again at PER_CALL steps per compiled call, compiles the experiment's
 real training step (its model, optimizer, dropout and batch shapes, on synthetic tokens) in a
 fresh process, as `tx bench` does, and times `steps` steps after `warmup`, in `rounds`
-rounds of rotating order (one pass is at the mercy of machine noise). A round's candidates
-share one process (`time_in_turn`: timed in turn, in blocks; a candidate's XLA
-flags reach its own compile as compiler options, which give the program XLA_FLAGS would),
-so that their comparison is free of the drift between processes, which on the project's
-hosts can exceed what a setting is worth. The fastest median
+rounds of rotating order (one pass is at the mercy of machine noise). A setting and its
+PER_CALL twin share one process (`time_twins`: timed in turn, in blocks), so that the choice
+of steps per call is free of the drift between processes, which on the project's hosts can
+exceed what 4 steps per call is worth. The fastest median
 over the rounds is kept if it beats XLA's defaults by more than `margin` (3 %) and was
 faster than them in every round; else the defaults. So a candidate that was slower than the
 defaults in a round is not timed in the rounds after it: it cannot be chosen. Where several
@@ -84,8 +83,9 @@ MODEL_CANDIDATES = {
 PER_CALL = 4
 PER_CALL_SUFFIX = f'_{PER_CALL}_per_call'
 OPT_OUT = 'TX_TUNE'
-WORKER = 'tx.runs.tune:time_in_turn'
-TURN_BLOCKS = 2  # blocks of alternating order in which `time_in_turn` times each variant
+WORKER = 'tx.runs.tune:time_step'
+TWIN_WORKER = 'tx.runs.tune:time_twins'
+TWIN_BLOCKS = 2  # blocks of alternating order in which `time_twins` times each variant
 
 
 def cache_dir(env=None) -> Path:
@@ -229,27 +229,6 @@ def merge_flags(current: str, chosen: str) -> str:
   return ' '.join(current.split() + extra)
 
 
-def compile_options(flags: str, own: str = '') -> dict:
-  """XLA_FLAGS `flags` ('--name=value ...') as the compiler options of one compile
-  (`lowered.compile(compiler_options=...)`), leaving out the names `own` (the user's
-  XLA_FLAGS, which win) sets: true / false as booleans, numbers as numbers, and the CPU
-  fusion-type lists ('dot', 'dot,eltwise', '' for none) as the enum names the options take
-  ('LIBRARY_FUSION_TYPE_DOT')."""
-  have = {f.split('=')[0] for f in own.split()}
-  out = {}
-  for flag in flags.split():
-    name, _, value = flag.partition('=')
-    if name in have:
-      continue
-    if name.endswith('_fusion_type'):
-      out[name[2:]] = ','.join(f'LIBRARY_FUSION_TYPE_{v.upper()}' for v in value.split(',') if v)
-    elif value.lower() in ('true', 'false'):
-      out[name[2:]] = value.lower() == 'true'
-    else:
-      out[name[2:]] = int(value) if value.lstrip('-').isdigit() else value
-  return out
-
-
 def choose(timings: dict[str, float], margin: float,
            rounds: dict[str, list[float]] | None = None) -> str:
   """The fastest candidate (by its median in `timings`), but 'default' unless that one is
@@ -281,9 +260,8 @@ def winners(timings: dict[str, float], margin: float,
 def tune(cfg, *, candidates=None, steps: int = 5, warmup: int = 2, rounds: int = 2,
          margin: float = 0.03, threads: int | None = None, force: bool = False, say=print,
          env=None) -> dict:
-  """Times `cfg`'s step under each candidate (name -> XLA flags, or {'xla_flags', 'model',
-  'train'}; default: every one that applies) in one fresh process per round, `rounds` times
-  in a rotating order (a candidate that lost a round to the
+  """Times `cfg`'s step under each candidate (name -> XLA flags; default `CANDIDATES`) in
+  fresh processes, `rounds` times in a rotating order (a candidate that lost a round to the
   defaults is skipped after it; near ties get a runoff: see the module's docstring), and
   keeps `choose(median per candidate, margin, times per round)`. Writes and returns the
   cache entry: {'choice', 'xla_flags', 'timings': {name: median s/step over its rounds},
@@ -347,21 +325,21 @@ def _measure(cfg, host, path, candidates, steps, warmup, rounds, margin, threads
   skipped = {}  # name -> the round it lost to the defaults in
 
   def time_group(group: list[str], label: str) -> None:
-    """Times `group` in one process."""
-    settings = [_setting(candidates[name]) for name in group]
-    variants = [{'model_overrides': model, 'train_overrides': train,
-                 'xla_options': compile_options(flags, own)} for flags, model, train in settings]
+    """Times `group` (one candidate, or a candidate and its per-call twin) in one process."""
+    flags, model, _ = _setting(candidates[group[0]])
+    trains = [_setting(candidates[name])[2] for name in group]
+    job = (WORKER, dict(spec, model_overrides=model, train_overrides=trains[0]))
+    if len(group) > 1:
+      job = (TWIN_WORKER, dict(spec, model_overrides=model, train_variants=trains))
     try:
-      result = run_isolated(WORKER, dict(spec, variants=variants), threads=threads,
-                            env={'XLA_FLAGS': own})
+      result = run_isolated(*job, threads=threads, env={'XLA_FLAGS': merge_flags(own, flags)})
     except BenchError as e:
-      result = {'variants': [{'error': str(e)}] * len(group)}
-    together = f' (one process with {len(group) - 1} more)' if len(group) > 1 else ''
-    for name, one, (flags, model, train) in zip(group, result['variants'], settings):
-      if 'error' in one:
-        failed[name] = one['error']
-        say(f'tx tune: {name}: failed ({one["error"]})')
-        continue
+      for name in group:
+        failed[name] = str(e)
+        say(f'tx tune: {name}: failed ({e})')
+      return
+    together = f' (one process with {", ".join(group)})' if len(group) > 1 else ''
+    for name, one, train in zip(group, result.get('variants', [result]), trains):
       runs.setdefault(name, []).append(one['step_time_s'])
       details[name] = one
       say(f'tx tune: {label} {name:<22} {one["step_time_s"] * 1e3:9.1f} ms/step '
@@ -379,10 +357,15 @@ def _measure(cfg, host, path, candidates, steps, warmup, rounds, margin, threads
     return lost is None
 
   def time_round(round_names: list[str], label: str) -> None:
-    """Times each of `round_names` still due, in one process, in the round's order."""
-    due_now = [name for name in round_names if due(name)]
-    if due_now:
-      time_group(due_now, label)
+    timed = set()
+    for name in round_names:
+      if name in timed or not due(name):
+        continue
+      twin = _twin(name, candidates)
+      group = [name] + ([twin] if twin in round_names and twin not in timed and due(twin)
+                        else [])
+      time_group(group, label)
+      timed.update(group)
 
   for r in range(rounds):
     time_round(_rotated(names, r), f'round {r + 1}')
@@ -423,6 +406,20 @@ def _measure(cfg, host, path, candidates, steps, warmup, rounds, margin, threads
 def _rotated(names: list[str], r: int) -> list[str]:
   """Round r's order: each round starts one candidate later."""
   return names[r % len(names):] + names[:r % len(names)]
+
+
+def _twin(name: str, candidates: dict) -> str | None:
+  """The candidate in `candidates` that differs from `name` only in running PER_CALL steps
+  per call (its `_4_per_call` twin, or the one it is the twin of), None if there is none:
+  `tune` times the two in one process (`time_twins`)."""
+  base = name.removesuffix(PER_CALL_SUFFIX)
+  one, four = (base, name) if base != name else (name, name + PER_CALL_SUFFIX)
+  if one not in candidates or four not in candidates:
+    return None
+  (flags, model, train), four_setting = _setting(candidates[one]), _setting(candidates[four])
+  if four_setting != (flags, model, dict(train, steps_per_call=PER_CALL)):
+    return None
+  return four if name == one else one
 
 
 def _lost_a_round(runs: dict[str, list[float]], name: str) -> int | None:
@@ -466,11 +463,9 @@ def apply(cfg, *, env=None, say=print, tune_if_missing: bool = False) -> dict | 
 def compiled_step(spec: dict, state=None):
   """(compiled training call, initial state, synthetic batch, cfg, compile seconds) of
   spec['config'] (an ExperimentConfig as a dict) with spec['model_overrides'] and
-  spec['train_overrides'] applied, compiled with spec['xla_options'] (compiler options, see
-  `compile_options`) on this process's first device: the step `tx train`
+  spec['train_overrides'] applied, on this process's first device: the step `tx train`
   compiles (train.steps_per_call steps per call, batches [K, B, ...]), fed synthetic batches
-  of its shapes. `state`: a training state to use instead of a new one where it has the
-  shapes of this step's state (the same model under other settings)."""
+  of its shapes. `state`: a training state of the same model to use instead of a new one."""
   import flax.linen as nn  # pylint: disable=g-import-not-at-top
   import jax  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
@@ -510,59 +505,57 @@ def compiled_step(spec: dict, state=None):
     batch = jax.device_put(batch, stacked_sharding(batch_sharding(mesh)) if per_call > 1
                            else batch_sharding(mesh))
     start = time.perf_counter()
-    compiled = step.lower(abstract, batch).compile(
-        compiler_options=spec.get('xla_options') or None)
+    compiled = step.lower(abstract, batch).compile()
     compile_s = time.perf_counter() - start
-    shape_of = lambda tree: (jax.tree.structure(tree),
-                             [(x.shape, x.dtype) for x in jax.tree.leaves(tree)])
-    if state is None or shape_of(state) != shape_of(abstract):
+    if state is None:
       state = init_state(model, optimizer, cfg.model, shardings, seed=0)
   return compiled, state, batch, cfg, compile_s
 
 
-def time_in_turn(spec: dict) -> dict:
-  """Worker (run in its own process by `tune`): the training step of spec['config'] under
-  each of spec['variants'] ({'model_overrides', 'train_overrides', 'xla_options'}: see
-  `compiled_step`), compiled in this one process and timed in turn on synthetic batches of
-  its shapes, so that their comparison is free of the drift between processes. One training
-  state serves every variant whose parameters and optimizer state have its shapes. They are
-  timed in TURN_BLOCKS blocks of alternating order: per block, untimed calls (the switch
-  from another program, whose first call pays for its scratch buffer again; in the first
-  block those that make spec['warmup'] steps, at least one) and then its share of the calls
-  that make spec['steps'] steps (a call of K steps counts as K steps of a K-th of its time).
-  Returns {'variants': [per variant in order, {'error': why} where it did not compile, else
-  step_time_s (median over its timed calls), step_time_min_s, step_times_s, compile_s,
-  platform, attention_impl, matmul_impl, norm_impl, steps_per_call (after the overrides),
-  xla_flags (the process's), xla_options, pid]}."""
-  steps, results, states = [], [], []  # states: the first one, and any of other shapes
-  for variant in spec['variants']:
-    try:
-      compiled, state, batch, cfg, compile_s = compiled_step(dict(spec, **variant),
-                                                             states[0] if states else None)
-    except Exception as e:  # pylint: disable=broad-exception-caught  (that variant fails alone)
-      results.append({'error': f'{type(e).__name__}: {e}'.splitlines()[0]})
-      continue
-    if not states or state is not states[0]:
-      states.append(state)
+def time_step(spec: dict) -> dict:
+  """Worker (run in its own process by `tune`): compiles spec['config']'s training step
+  (`compiled_step`) and times it on synthetic batches of its shapes. Returns step_time_s
+  (median over the calls that make spec['steps'] timed steps, after those that make
+  spec['warmup']; a call of K steps counts as K steps of a K-th of its time),
+  step_time_min_s, step_times_s (every timed call's), compile_s, platform, attention_impl,
+  matmul_impl, norm_impl (after spec['model_overrides']), steps_per_call (after
+  spec['train_overrides']), xla_flags, pid (the measuring process)."""
+  compiled, state, batch, cfg, compile_s = compiled_step(spec)
+  per_call = cfg.train.per_call
+  state, _ = _timed_calls(compiled, state, batch, per_call, _calls(spec['warmup'], per_call))
+  _, times = _timed_calls(compiled, state, batch, per_call, _calls(spec['steps'], per_call))
+  return _timing(times, compile_s, cfg)
+
+
+def time_twins(spec: dict) -> dict:
+  """Worker (run in its own process by `tune`): `time_step`'s measurement of one model
+  setting's step under each of spec['train_variants'] (train overrides: steps per call),
+  compiled in this one process on one shared training state and timed in turn, so that
+  their comparison is free of the drift between processes. They are timed in TWIN_BLOCKS
+  blocks of alternating order: per block, untimed calls (the switch from the other program,
+  whose first call pays for its scratch buffer again; in the first block those that make
+  spec['warmup'] steps, at least one) and then its share of spec['steps']. Only the twins
+  share a process: with more programs in it, a step's scratch buffer is served otherwise
+  than in a training process (benchmarks/NOTES.md, attempt 80). Returns {'variants':
+  [`time_step`'s result per variant, in order]}."""
+  steps, state = [], None
+  for train in spec['train_variants']:
+    compiled, state, batch, cfg, compile_s = compiled_step(dict(spec, train_overrides=train),
+                                                           state)
     steps.append({'call': compiled, 'batch': batch, 'cfg': cfg, 'compile_s': compile_s,
-                  'per_call': cfg.train.per_call, 'times': [],
-                  'state': 0 if state is states[0] else len(states) - 1})
-    results.append(steps[-1])
+                  'per_call': cfg.train.per_call, 'times': []})
 
   def run(step, calls):
-    i = step['state']
-    states[i], times = _timed_calls(step['call'], states[i], step['batch'], step['per_call'],
-                                    calls)
+    nonlocal state
+    state, times = _timed_calls(step['call'], state, step['batch'], step['per_call'], calls)
     return times
 
-  for block in range(TURN_BLOCKS):
+  for block in range(TWIN_BLOCKS):
     for step in steps if block % 2 == 0 else steps[::-1]:
-      # untimed: the switch from the other programs, in the first block with the warmup
+      # untimed: the switch from the other program, in the first block with the warmup
       run(step, max(1, _calls(spec['warmup'], step['per_call'])) if block == 0 else 1)
-      step['times'] += run(step, -(-_calls(spec['steps'], step['per_call']) // TURN_BLOCKS))
-  return {'variants': [r if 'error' in r else _timing(r['times'], r['compile_s'], r['cfg'])
-                       | {'xla_options': variant.get('xla_options') or {}}
-                       for r, variant in zip(results, spec['variants'])]}
+      step['times'] += run(step, -(-_calls(spec['steps'], step['per_call']) // TWIN_BLOCKS))
+  return {'variants': [_timing(s['times'], s['compile_s'], s['cfg']) for s in steps]}
 
 
 def _calls(steps: int, per_call: int) -> int:
