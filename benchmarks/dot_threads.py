@@ -1,0 +1,102 @@
+"""Does XLA:CPU run a small-batch product on both cores? A stand-in of a decoding step.
+
+  python benchmarks/dot_threads.py [--rows 1] [--qkv none|side|chain|fused] [--qkv-width 384]
+
+Six layers of a decoder's feed-forward chain (x·Wi, GELU, ·Wo, float32, d_model 384, d_ff
+1536; separate weights per layer) run 256 times in a `fori_loop`, as a decoding loop runs
+them. `--qkv` puts three [384, w] products before each layer's chain, as attention's q, k
+and v: side by side (`side`), each waiting for the one before (`chain`), or as one [384, 3w]
+product (`fused`). Prints the step time, the process's CPU time over its wall time, and the
+median duration of each product shape from one profiled call.
+
+On the Intel host (benchmarks/NOTES.md, attempt 81) the chain alone runs each Wi product in
+~47 us on two CPUs and ~92 on one; with q, k and v before it, in any of the three forms,
+~80-90 us on two CPUs: at one core's speed, as in real decoding. Run it pinned to the CPUs
+XLA may use (`taskset -c 0,1`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import glob
+import gzip
+import json
+import resource
+import tempfile
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+D_MODEL, D_FF, LAYERS, STEPS = 384, 1536, 6, 256
+
+
+def layer(x, wi, wo, qkv, mode: str):
+  """One layer of the stand-in: optional q/k/v-like products, then the FFN chain."""
+  if mode == 'side':
+    q, k, v = (x @ w for w in qkv)
+  elif mode == 'chain':  # each product reads the previous one's result (a data dependency)
+    q = x @ qkv[0]
+    k = (x + 0 * q[:, :1]) @ qkv[1]
+    v = (x + 0 * k[:, :1]) @ qkv[2]
+  elif mode == 'fused':
+    q, k, v = jnp.split(x @ qkv, 3, axis=1)
+  if mode != 'none':
+    x = x + jnp.tile((q * k + v) * 0.1, (1, D_MODEL // q.shape[1]))
+  return (x + jax.nn.gelu(x @ wi) @ wo) * 0.5
+
+
+def main() -> None:
+  p = argparse.ArgumentParser(description=__doc__.split('\n\n', maxsplit=1)[0])
+  p.add_argument('--rows', type=int, default=1)
+  p.add_argument('--qkv', choices=('none', 'side', 'chain', 'fused'), default='none')
+  p.add_argument('--qkv-width', type=int, default=D_MODEL)
+  args = p.parse_args()
+  rng = np.random.default_rng(0)
+  weight = lambda *shape: jnp.asarray(rng.standard_normal(shape) * 0.05, jnp.float32)
+  wi = [weight(D_MODEL, D_FF) for _ in range(LAYERS)]
+  wo = [weight(D_FF, D_MODEL) for _ in range(LAYERS)]
+  qkv = [[weight(D_MODEL, args.qkv_width) for _ in range(3)] for _ in range(LAYERS)]
+  if args.qkv == 'fused':
+    qkv = [jnp.concatenate(w, axis=1) for w in qkv]
+  x = weight(args.rows, D_MODEL)
+
+  @jax.jit
+  def run(x, wi, wo, qkv):
+    def step(unused_t, x):
+      for a, b, c in zip(wi, wo, qkv):
+        x = layer(x, a, b, c, args.qkv)
+      return x
+    return jax.lax.fori_loop(0, STEPS, step, x)
+
+  inputs = (x, wi, wo, qkv)
+  jax.block_until_ready(run(*inputs))
+  usage, wall = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
+  times = []
+  for _ in range(5):
+    start = time.perf_counter()
+    jax.block_until_ready(run(*inputs))
+    times.append(time.perf_counter() - start)
+  after, wall = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter() - wall
+  cpu = (after.ru_utime - usage.ru_utime) + (after.ru_stime - usage.ru_stime)
+  shapes = {line.split('=')[0].strip().lstrip('%'): line.split('=')[1].split(' dot(')[0].strip()
+            for line in run.lower(*inputs).compile().as_text().splitlines() if ' dot(' in line}
+  with tempfile.TemporaryDirectory() as folder:
+    with jax.profiler.trace(folder):
+      jax.block_until_ready(run(*inputs))
+    with gzip.open(sorted(glob.glob(f'{folder}/**/*.trace.json.gz', recursive=True))[-1]) as f:
+      events = json.load(f)['traceEvents']
+  per_shape = collections.defaultdict(list)
+  for e in events:
+    if e.get('ph') == 'X' and e.get('name') in shapes:
+      per_shape[shapes[e['name']]].append(e['dur'])
+  medians = {s: round(float(np.median(d)), 1) for s, d in per_shape.items()}
+  print(f'rows {args.rows}, qkv {args.qkv} ({args.qkv_width} wide): {min(times) / STEPS * 1e3:.3f}'
+        f' ms a step, CPU / wall {cpu / wall:.2f}; '
+        f'us a product: {medians}')
+
+
+if __name__ == '__main__':
+  main()
