@@ -81,8 +81,10 @@ def main() -> None:
     times.append(time.perf_counter() - start)
   after, wall = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter() - wall
   cpu = (after.ru_utime - usage.ru_utime) + (after.ru_stime - usage.ru_stime)
-  shapes = {line.split('=')[0].strip().lstrip('%'): line.split('=')[1].split(' dot(')[0].strip()
-            for line in run.lower(*inputs).compile().as_text().splitlines() if ' dot(' in line}
+  # a product is a dot, or at batch > 1 a YNNPACK fusion around one: name -> result shape
+  shapes = {line.split('=')[0].strip().lstrip('%'): line.split('=')[1].split()[0]
+            for line in run.lower(*inputs).compile().as_text().splitlines()
+            if ' dot(' in line or line.strip().startswith(('%ynn_fusion', 'ROOT %ynn_fusion'))}
   with tempfile.TemporaryDirectory() as folder:
     with jax.profiler.trace(folder):
       jax.block_until_ready(run(*inputs))
