@@ -1,18 +1,21 @@
 """Does XLA:CPU run a small-batch product on both cores? A stand-in of a decoding step.
 
   python benchmarks/dot_threads.py [--rows 1] [--qkv none|side|chain|fused] [--qkv-width 384]
+                                   [--gap 0]
 
 Six layers of a decoder's feed-forward chain (x·Wi, GELU, ·Wo, float32, d_model 384, d_ff
 1536; separate weights per layer) run 256 times in a `fori_loop`, as a decoding loop runs
 them. `--qkv` puts three [384, w] products before each layer's chain, as attention's q, k
 and v: side by side (`side`), each waiting for the one before (`chain`), or as one [384, 3w]
-product (`fused`). Prints the step time, the process's CPU time over its wall time, and the
-median duration of each product shape from one profiled call.
+product (`fused`). `--gap N` puts N small elementwise ops (each its own fusion) before each
+layer: a few microseconds of work and no product. Prints the step time, the process's CPU
+time over its wall time, and the median duration of each product shape in one profiled call.
 
 On the Intel host (benchmarks/NOTES.md, attempt 81) the chain alone runs each Wi product in
 ~47 us on two CPUs and ~92 on one; with q, k and v before it, in any of the three forms,
-~80-90 us on two CPUs: at one core's speed, as in real decoding. Run it pinned to the CPUs
-XLA may use (`taskset -c 0,1`).
+~80-90 us on two CPUs: at one core's speed, as in real decoding. Ten elementwise ops between
+the layers cost the chain twice their own time, and the Wi product goes to ~70 us. Run it
+pinned to the CPUs XLA may use (`taskset -c 0,1`).
 """
 
 from __future__ import annotations
@@ -33,8 +36,11 @@ import numpy as np
 D_MODEL, D_FF, LAYERS, STEPS = 384, 1536, 6, 256
 
 
-def layer(x, wi, wo, qkv, mode: str):
-  """One layer of the stand-in: optional q/k/v-like products, then the FFN chain."""
+def layer(x, wi, wo, qkv, mode: str, gap: int = 0):
+  """One layer of the stand-in: optional q/k/v-like products or `gap` elementwise ops (kept
+  apart by optimization barriers), then the FFN chain."""
+  for _ in range(gap):
+    x = jax.lax.optimization_barrier(jnp.sin(x) * 0.9 + 0.01 * jnp.cos(x * 3.0))
   if mode == 'side':
     q, k, v = (x @ w for w in qkv)
   elif mode == 'chain':  # each product reads the previous one's result (a data dependency)
@@ -53,6 +59,7 @@ def main() -> None:
   p.add_argument('--rows', type=int, default=1)
   p.add_argument('--qkv', choices=('none', 'side', 'chain', 'fused'), default='none')
   p.add_argument('--qkv-width', type=int, default=D_MODEL)
+  p.add_argument('--gap', type=int, default=0)
   args = p.parse_args()
   rng = np.random.default_rng(0)
   weight = lambda *shape: jnp.asarray(rng.standard_normal(shape) * 0.05, jnp.float32)
@@ -67,7 +74,7 @@ def main() -> None:
   def run(x, wi, wo, qkv):
     def step(unused_t, x):
       for a, b, c in zip(wi, wo, qkv):
-        x = layer(x, a, b, c, args.qkv)
+        x = layer(x, a, b, c, args.qkv, args.gap)
       return x
     return jax.lax.fori_loop(0, STEPS, step, x)
 
@@ -95,7 +102,8 @@ def main() -> None:
     if e.get('ph') == 'X' and e.get('name') in shapes:
       per_shape[shapes[e['name']]].append(e['dur'])
   medians = {s: round(float(np.median(d)), 1) for s, d in per_shape.items()}
-  print(f'rows {args.rows}, qkv {args.qkv} ({args.qkv_width} wide): {min(times) / STEPS * 1e3:.3f}'
+  print(f'rows {args.rows}, qkv {args.qkv} ({args.qkv_width} wide), gap {args.gap}: '
+        f'{min(times) / STEPS * 1e3:.3f}'
         f' ms a step, CPU / wall {cpu / wall:.2f}; '
         f'us a product: {medians}')
 
