@@ -1,5 +1,8 @@
 """Does XLA:CPU run a small-batch product on both cores? A stand-in of a decoding step.
 
+Self-contained (jax only, no tx) so that it can go with an upstream report
+(benchmarks/upstream_xla_cpu_products.md); hence its own few lines of trace reading.
+
   python benchmarks/dot_threads.py [--rows 1] [--qkv none|side|chain|fused] [--qkv-width 384]
                                    [--gap 0]
 
@@ -61,6 +64,9 @@ def main() -> None:
   p.add_argument('--qkv-width', type=int, default=D_MODEL)
   p.add_argument('--gap', type=int, default=0)
   args = p.parse_args()
+  if args.qkv_width < 1 or D_MODEL % args.qkv_width:
+    p.error(f'--qkv-width must divide {D_MODEL} (the q/k/v result is tiled back to it), '
+            f'got {args.qkv_width}')
   rng = np.random.default_rng(0)
   weight = lambda *shape: jnp.asarray(rng.standard_normal(shape) * 0.05, jnp.float32)
   wi = [weight(D_MODEL, D_FF) for _ in range(LAYERS)]
