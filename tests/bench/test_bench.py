@@ -654,6 +654,18 @@ def test_tune_times_the_step_bench_measures_without_diagnostics():
   assert tx_side.experiment(spec).train.diagnostics is False
 
 
+@pytest.mark.parametrize('case', [c for c in cases.SUITE + cases.QUICK if 'train' in c.kinds],
+                         ids=lambda c: c.name)
+def test_tune_times_the_model_bench_measures(case):
+  """`tx tune` resolves the config as `tx train` would (the vocabulary from the tokenizer):
+  every case's tuned step must still be the case's model, vocabulary included."""
+  from tx.config.base import to_dict  # pylint: disable=g-import-not-at-top
+  from tx.runs import tune  # pylint: disable=g-import-not-at-top
+  timed = tune.one_device_config(tuned.step_config(case.spec))
+  assert timed.model.vocab_size == case.spec['vocab']
+  assert to_dict(timed.model) == to_dict(tx_side.experiment(case.spec).model)
+
+
 def test_a_tune_that_fails_fails_its_case_and_the_run_goes_on(monkeypatch):
   from tx.config.base import ConfigError  # pylint: disable=g-import-not-at-top
 
@@ -687,3 +699,4 @@ def test_a_run_cut_short_keeps_the_cases_it_measured(monkeypatch, tmp_path):
   assert {name: c['tx_train']['tokens_per_s'] for name, c in doc['cases'].items()} == {
       'gpt_baby': 7.0, 'bert_mini': 7.0}
   assert os.listdir(tmp_path) == ['cut.json']  # no temporary file left beside it
+

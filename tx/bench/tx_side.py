@@ -98,8 +98,13 @@ def model_config(spec: dict) -> ModelConfig:
 def experiment(spec: dict) -> ExperimentConfig:
   family = spec['family']
   task = TaskConfig(label_smoothing=0.1) if family == 'encoder_decoder' else TaskConfig()
-  data = ({'dataset': 'multi30k', 'seq_len': spec['src_len'], 'target_len': spec['tgt_len']}
-          if family == 'encoder_decoder' else {'seq_len': spec['ctx']})
+  # The tokenizer that resolves model.vocab_size to the case's vocabulary wherever the config
+  # is resolved as `tx train` would (`tx tune`, `tx plan`): a subword vocabulary of that size
+  # for seq2seq, one read off the model config (char) for the LMs; the default byte
+  # tokenizer would make the tuned step's vocabulary 261, not the one measured here.
+  data = ({'dataset': 'multi30k', 'seq_len': spec['src_len'], 'target_len': spec['tgt_len'],
+           'tokenizer': 'bpe', 'vocab_size': spec['vocab']}
+          if family == 'encoder_decoder' else {'seq_len': spec['ctx'], 'tokenizer': 'char'})
   if family == 'encoder':
     data['mlm_max_predictions'] = spec.get('mlm_max_predictions', 0)
   # No stability diagnostics: the peers compute none. `tx tune` of a case and the scripts in
