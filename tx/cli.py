@@ -232,7 +232,8 @@ def _bench_parser(sub) -> None:
   b.add_argument('--peer-compile', action='store_true',
                  help="the training peers' forward and loss through torch.compile (the peer at "
                       'its fastest; compiled in its first warmup step)')
-  b.add_argument('--json', default='bench.json', metavar='FILE', help='where the results go')
+  b.add_argument('--json', default=None, metavar='FILE',
+                 help='where the results go (default: a new runs/bench/bench-<time>.json)')
   b.add_argument('--quiet', action='store_true', help='no progress lines')
   b.add_argument('--ablate-attention', action='store_true',
                  help='also train each decoder / encoder case with its attention replaced by '

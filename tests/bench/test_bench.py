@@ -700,3 +700,23 @@ def test_a_run_cut_short_keeps_the_cases_it_measured(monkeypatch, tmp_path):
       'gpt_baby': 7.0, 'bert_mini': 7.0}
   assert os.listdir(tmp_path) == ['cut.json']  # no temporary file left beside it
 
+
+def test_without_json_each_run_writes_its_own_file_under_runs_bench(monkeypatch, tmp_path):
+  """No --json: a new runs/bench/bench-<time>.json per run (folder created), never an earlier
+  run's file and never the current folder's root."""
+  monkeypatch.setattr(suite, 'run_isolated', lambda target, spec, *, threads, platform: {
+      'float32_flops': 1e9, 'bfloat16_flops': 1e9, 'compile_s': 1.0, 'tokens_per_s': 7.0,
+      'step_time_s': 1.0, 'flops_per_step': 1.0, 'peak_rss_bytes': 1e8, 'first_step_s': 1.0})
+  monkeypatch.chdir(tmp_path)
+  argv = ['bench', '--quick', '--only', 'gpt_baby', '--no-peers', '--quiet']
+  assert cli.main(argv) == 0
+  assert cli.main(argv) == 0  # within the same second, too
+  written = sorted(os.listdir(tmp_path / 'runs' / 'bench'))
+  assert os.listdir(tmp_path) == ['runs']
+  assert len(written) == 2 and all(n.startswith('bench-') and n.endswith('.json')
+                                   for n in written)
+  for name in written:
+    doc = json.loads((tmp_path / 'runs' / 'bench' / name).read_text())
+    assert doc['cases']['gpt_baby']['tx_train']['tokens_per_s'] == 7.0
+  assert suite.default_json_path(profile=True).startswith(
+      os.path.join('runs', 'bench', 'bench-profile-'))

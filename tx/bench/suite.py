@@ -1,5 +1,6 @@
-"""`tx bench`: runs the cases of tx/bench/cases.py, prints a table, writes JSON (after every
-case too, marked 'partial', so a run cut short keeps what it measured).
+"""`tx bench`: runs the cases of tx/bench/cases.py, prints a table, writes JSON (`--json`, or
+a new runs/bench/bench-<time>.json; after every case too, marked 'partial', so a run cut short
+keeps what it measured).
 
     tx bench                         # the full suite (~14 min on 2 CPU cores)
     tx bench --only gpt_6l compile   # cases whose name contains a pattern
@@ -341,7 +342,9 @@ def cli(args) -> int:
   if peers and not torch_available():
     raise UserError('the PyTorch peers need torch and transformers: pip install -e '
                     '".[interop]", or pass --no-peers')
-  if not os.path.isdir(os.path.dirname(os.path.abspath(args.json))):
+  if args.json is None:
+    args.json = default_json_path(profile=args.profile)
+  elif not os.path.isdir(os.path.dirname(os.path.abspath(args.json))):
     raise UserError(f'--json {args.json}: its directory does not exist; create it or pass '
                     'another path')
   if args.threads < 1:
@@ -372,6 +375,22 @@ def cli(args) -> int:
   _write_json(args.json, doc)
   print(f'wrote {args.json}')
   return 0
+
+
+def default_json_path(profile: bool = False, folder: str = os.path.join('runs', 'bench')) -> str:
+  """Where a run without --json writes: folder/bench[-profile]-YYYYmmdd-HHMMSS[-N].json.
+
+  One new file per run (never an earlier run's), the folder created; runs/ is where `tx train`
+  runs usually live, so results stay beside them and out of the repository's root.
+  """
+  os.makedirs(folder, exist_ok=True)
+  stem = os.path.join(folder, f"bench{'-profile' if profile else ''}-"
+                              f"{time.strftime('%Y%m%d-%H%M%S')}")
+  path, n = f'{stem}.json', 1
+  while os.path.exists(path):
+    n += 1
+    path = f'{stem}-{n}.json'
+  return path
 
 
 def _write_json(path: str, doc: dict) -> None:
