@@ -708,6 +708,8 @@ def test_without_json_each_run_writes_its_own_file_under_runs_bench(monkeypatch,
       'float32_flops': 1e9, 'bfloat16_flops': 1e9, 'compile_s': 1.0, 'tokens_per_s': 7.0,
       'step_time_s': 1.0, 'flops_per_step': 1.0, 'peak_rss_bytes': 1e8, 'first_step_s': 1.0})
   monkeypatch.chdir(tmp_path)
+  assert cli.main(['bench', '--quick', '--no-peers', '--profile', '--rounds', '2']) != 0
+  assert not (tmp_path / 'runs').exists()  # a refused run makes nothing
   argv = ['bench', '--quick', '--only', 'gpt_baby', '--no-peers', '--quiet']
   assert cli.main(argv) == 0
   assert cli.main(argv) == 0  # within the same second, too

@@ -342,9 +342,7 @@ def cli(args) -> int:
   if peers and not torch_available():
     raise UserError('the PyTorch peers need torch and transformers: pip install -e '
                     '".[interop]", or pass --no-peers')
-  if args.json is None:
-    args.json = default_json_path(profile=args.profile)
-  elif not os.path.isdir(os.path.dirname(os.path.abspath(args.json))):
+  if args.json is not None and not os.path.isdir(os.path.dirname(os.path.abspath(args.json))):
     raise UserError(f'--json {args.json}: its directory does not exist; create it or pass '
                     'another path')
   if args.threads < 1:
@@ -356,10 +354,12 @@ def cli(args) -> int:
   if args.tune and gpu:
     raise UserError('--tune times XLA:CPU settings; it applies to the CPU suite only (drop '
                     '--platform gpu or --tune)')
+  if args.profile and (gpu or args.rounds > 1 or args.ablate_attention or args.peer_compile):
+    raise UserError('--profile profiles one CPU step per side: drop --platform gpu, --rounds, '
+                    '--ablate-attention and --peer-compile')
+  if args.json is None:  # only once every argument checked out: nothing made for a refused run
+    args.json = default_json_path(profile=args.profile)
   if args.profile:
-    if gpu or args.rounds > 1 or args.ablate_attention or args.peer_compile:
-      raise UserError('--profile profiles one CPU step per side: drop --platform gpu, --rounds, '
-                      '--ablate-attention and --peer-compile')
     from tx.bench import profile  # pylint: disable=g-import-not-at-top
     doc = profiles(chosen, peers=peers, threads=args.threads, say=say, tune=args.tune)
     print(profile.table(doc))
