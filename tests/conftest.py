@@ -9,6 +9,12 @@ lines): without it a cached program would bring another program's op names, whic
 removed after it, so every run starts empty; child processes inherit it through the
 environment. `tx bench` leaves it out of its measurement processes (tx/bench/worker.py),
 whose compile times must be real.
+
+Most of the suite's time is XLA compiling tiny programs, and most of a compile is LLVM
+optimising code that then runs for microseconds. The session therefore compiles with
+`--xla_backend_optimization_level=0` (in XLA_FLAGS, so child processes inherit it): the
+same HLO passes and fusions, unoptimised machine code; compiles take about a third of the
+time. Set TX_TESTS_XLA_OPTIMIZE=1 to run the suite with XLA's default level.
 """
 
 import os
@@ -16,6 +22,7 @@ import shutil
 import tempfile
 
 _SAVED = {}
+FAST_COMPILE = '--xla_backend_optimization_level=0'
 
 
 def pytest_configure(config):
@@ -23,7 +30,12 @@ def pytest_configure(config):
   # decide, once per process, that there is no cache.
   del config
   path = tempfile.mkdtemp(prefix='tx-tests-xla-cache-')
-  env = {'JAX_COMPILATION_CACHE_DIR': path,
+  flags = os.environ.get('XLA_FLAGS', '')
+  if (os.environ.get('TX_TESTS_XLA_OPTIMIZE') != '1'
+      and '--xla_backend_optimization_level' not in flags):
+    flags = f'{flags} {FAST_COMPILE}'.strip()
+  env = {'XLA_FLAGS': flags,
+         'JAX_COMPILATION_CACHE_DIR': path,
          # the default (1 s) would leave out most of the tests' tiny programs
          'JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS': '0',
          'JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES': '0',

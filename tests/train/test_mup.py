@@ -103,7 +103,7 @@ def _lm_batches(vocab=61, batch=8, length=16, seed=0):
 
 
 def test_coordinate_check_is_flat_under_mup_and_grows_under_standard():
-  """Widths 32..128 (base 32), 3 Adam steps at lr 3e-2. Measured (RMS at 128 / at 32, step 3,
+  """Widths 32 and 128 (base 32; the growth is their ratio), 3 Adam steps at lr 3e-2. Measured (RMS at 128 / at 32, step 3,
   2 layers): standard x4.9 attention, x5.5 FFN, x4.2 block, x2.4 logits (Adam's Θ(1)
   entry-wise updates summed over a growing fan-in); μP x0.97, x0.79, x0.90, x0.85. The μP
   logits shrink a little (their init part falls as width^-1/2 under the 1/width output
@@ -112,7 +112,7 @@ def test_coordinate_check_is_flat_under_mup_and_grows_under_standard():
   from tx.runs import mup_check
   cfg = ExperimentConfig(model=tiny(BASE, tie_embeddings=True),
                          optim=OptimConfig(learning_rate=3e-2, schedule='constant'))
-  result = mup_check.coord_check(cfg, [32, 64, 128], 3, batches=_lm_batches)
+  result = mup_check.coord_check(cfg, [32, 128], 3, batches=_lm_batches)
   for kind in ('attention', 'ffn', 'block'):
     assert 0.5 < mup_check.growth(result, 'mup', kind, 3) < 1.6, kind
     assert mup_check.growth(result, 'standard', kind, 3) > 2.5, kind

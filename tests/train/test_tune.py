@@ -149,8 +149,8 @@ def test_rounds_rotate_and_the_defaults_stay_unless_clearly_beaten(tmp_path, mon
   round in a rotated order, and a candidate must beat the defaults by more than the margin."""
   order, times = [], {'default': [1.00, 1.00], 'a': [0.99, 0.98], 'b': [0.90, 1.30]}
   def fake(target, spec, *, threads, env):
-    name = next(n for n, f in {'a': '--a=1', 'b': '--b=1'}.items() if f in env['XLA_FLAGS']) \
-        if env['XLA_FLAGS'] else 'default'
+    name = next((n for n, f in {'a': '--a=1', 'b': '--b=1'}.items() if f in env['XLA_FLAGS']),
+                'default')
     order.append(name)
     return {'step_time_s': times[name][order.count(name) - 1], 'compile_s': 0.0}
   monkeypatch.setattr(worker, 'run_isolated', fake)
