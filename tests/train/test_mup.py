@@ -105,9 +105,10 @@ def _lm_batches(vocab=61, batch=8, length=16, seed=0):
 def test_coordinate_check_is_flat_under_mup_and_grows_under_standard():
   """Widths 32 and 128 (base 32; the growth is their ratio), 3 Adam steps at lr 3e-2.
   Measured (RMS at 128 / at 32, step 3, 2 layers): standard x4.9 attention, x5.5 FFN, x4.2
-  block, x2.4 logits (Adam's Θ(1) entry-wise updates summed over a growing fan-in); μP x0.97, x0.79, x0.90, x0.85. The μP
-  logits shrink a little (their init part falls as width^-1/2 under the 1/width output
-  multiplier). Thresholds sit halfway (in log) between the two."""
+  block, x2.4 logits (Adam's Θ(1) entry-wise updates summed over a growing fan-in); μP
+  x0.97, x0.79, x0.90, x0.85. The μP logits shrink a little (their init part falls as
+  width^-1/2 under the 1/width output multiplier). Thresholds sit halfway (in log) between
+  the two."""
   from tx.config.experiment import ExperimentConfig
   from tx.runs import mup_check
   cfg = ExperimentConfig(model=tiny(BASE, tie_embeddings=True),
