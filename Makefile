@@ -21,8 +21,11 @@ $(BIN)/.installed-interop: $(BIN)/.installed
 demo: venv
 	$(BIN)/tx train demo --workdir runs/demo
 
+# One worker per core, at most 4 (each holds a jax process and starts more); a file's tests
+# stay on one worker, so a module's fixtures run once. TEST_WORKERS=0 runs them in one process.
+TEST_WORKERS ?= auto --maxprocesses 4
 test: $(BIN)/.installed-interop
-	$(BIN)/python -m pytest tests
+	$(BIN)/python -m pytest tests -n $(TEST_WORKERS) --dist loadfile
 
 # experiments/RESULTS.md: every ablation and LR-sensitivity sweep, then its comparison
 # (compare.md/.csv, lr_curves.md/.csv, PNGs). On the 2-core project machine: the ablations
