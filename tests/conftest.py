@@ -8,8 +8,8 @@ lines): without it a cached program would bring another program's op names, whic
 `tx profile` sorts thunks by. The cache lives in a temporary folder made for the run and
 removed after it, so every run starts empty; child processes inherit it through the
 environment. Under pytest-xdist (`make test`) each worker makes its own: two workers never
-write the same entry while the other reads it. `tx bench` leaves it out of its measurement processes (tx/bench/worker.py),
-whose compile times must be real.
+write the same entry while the other reads it. `tx bench` leaves it out of its measurement
+processes (tx/bench/worker.py), whose compile times must be real.
 
 Most of the suite's time is XLA compiling tiny programs, and most of a compile is LLVM
 optimising code that then runs for microseconds. The session therefore compiles with
