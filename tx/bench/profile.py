@@ -22,6 +22,7 @@ Both run in `tx bench`'s measurement processes (threads, glibc malloc settings).
 from __future__ import annotations
 
 import collections
+import gc
 import glob
 import gzip
 import json
@@ -259,17 +260,23 @@ def peer_step(spec: dict) -> dict:
     out['unprofiled_step_s'] = (time.perf_counter() - start) / steps
     usage = usage_per_step(before, process_usage(), steps)
     out['system_s'], out['faults'] = usage['system_s_per_step'], usage['minor_faults_per_step']
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
-      start = time.perf_counter()
-      for _ in range(steps):
+    per_category, per_op, kinds, seconds = collections.Counter(), collections.Counter(), {}, 0.0
+    # One profiler session a step, collected after it: a session holds memory until it is
+    # freed (2.6 GB a gpt_6l step under tx's glibc tunables) and lives in a reference cycle,
+    # which only the garbage collector frees; 8 steps in one session outgrew a 24 GB host.
+    for _ in range(steps):
+      with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        start = time.perf_counter()
         step()
-      out['step_s'] = (time.perf_counter() - start) / steps
-    per_category, per_op, kinds = collections.Counter(), collections.Counter(), {}
-    for event in prof.events():
-      ms = event.self_cpu_time_total / 1e3 / steps
-      kind = kinds[event.name] = peer_category(event.name, _ancestors(event))
-      per_category[kind] += ms
-      per_op[event.name] += ms
+        seconds += time.perf_counter() - start
+      for event in prof.events():
+        ms = event.self_cpu_time_total / 1e3 / steps
+        kind = kinds[event.name] = peer_category(event.name, _ancestors(event))
+        per_category[kind] += ms
+        per_op[event.name] += ms
+      del prof
+      gc.collect()
+    out['step_s'] = seconds / steps
     out['per_category_ms'] = {k: per_category[k] for k in CATEGORIES}
     out['top'] = _top(per_op, lambda n: (kinds[n], ''), spec.get('profile_top', 4))
     return {}
