@@ -1,5 +1,6 @@
 """`tx bench --profile`: each side's step profiled by category, on toy cases."""
 
+import gc
 import json
 import os
 
@@ -128,14 +129,12 @@ def test_bench_profile_runs_each_side_in_its_process_and_prints_a_table(capsys, 
   assert doc['machine']['host']
 
 
-
 def test_the_peers_profile_leaves_no_profiler_session_alive():
   """A torch profiler session lives in a reference cycle and holds memory until the garbage
   collector frees it (GBs a step on the 6-layer cases); automatic collection is off here, so
   only `peer_step`'s own collection can free the sessions."""
   torch = pytest.importorskip('torch')
   pytest.importorskip('transformers')
-  import gc  # pylint: disable=g-import-not-at-top
   sessions = lambda: sum(type(o) is torch.profiler.profile for o in gc.get_objects())
   gc.collect()
   before = sessions()
@@ -147,6 +146,7 @@ def test_the_peers_profile_leaves_no_profiler_session_alive():
     gc.enable()
   assert got['per_category_ms']['dense GEMM'] > 0 and got['step_s'] > 0
   assert alive == before
+
 
 @pytest.mark.parametrize('argv', [
     ['--platform', 'gpu'], ['--rounds', '2'], ['--ablate-attention'], ['--peer-compile']])
