@@ -61,4 +61,5 @@ def test_a_dead_link_is_found(tmp_path):
 
 @pytest.mark.parametrize('page', PAGES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_every_relative_link_resolves(page):
-  assert not broken_links(page), broken_links(page)
+  broken = broken_links(page)
+  assert not broken, broken
