@@ -338,9 +338,8 @@ def ceiling(spec):
   n, out = spec.get('n', 2048), {}
   dtypes = tuple((name, getattr(torch, name)) for name in
                  spec.get('dtypes', ('float32', 'bfloat16')))
-  for name, dtype in dtypes:
-    a = torch.randn(n, n, device=_device(spec)).to(dtype)
-    rates = _mm_rates(torch, a, a, spec.get('repeats', 10))
+  for name, _ in dtypes:
+    rates = square_mm_rates(torch, name, n, spec.get('repeats', 10), _device(spec))
     out[f'{name}_flops'] = statistics.median(rates)
     out[f'{name}_flops_best'] = max(rates)
   if spec.get('gemms'):
@@ -373,6 +372,13 @@ def _sdpa_seconds(torch, dtype, batch, length, heads, head_dim, causal, reps):
     out.backward(cot)
 
   return sample_seconds(one, lambda _: None, reps)
+
+
+def square_mm_rates(torch, dtype: str, n: int, reps: int, device: str = 'cpu') -> list[float]:
+  """FLOP/s of `reps` timed samples of torch.mm of two random [n, n] matrices in `dtype`
+  ('float32', 'bfloat16') on `device`, after one untimed call."""
+  a = torch.randn(n, n, device=device).to(getattr(torch, dtype))
+  return _mm_rates(torch, a, a, reps)
 
 
 def _mm_rates(torch, a, b, reps):

@@ -43,6 +43,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from tx import ops
+from tx.bench import torch_peers
 from tx.config import DataConfig, ModelConfig
 from tx.config.experiment import ExperimentConfig
 from tx.config.optim import OptimConfig
@@ -51,6 +52,7 @@ from tx.data.mlm import lowest_per_row
 from tx.decode.generate import generate_lm, generate_seq2seq
 from tx.layers.attention import causal_block_count
 from tx.models.build import build_model
+from tx.ops.torch_host import torch_module
 from tx.tasks.objectives import make_task
 from tx.timing import process_usage, sample_seconds, usage_per_step
 from tx.train.flops import flops_per_step, gemm_rates, matmul_rates, mlm_head_positions
@@ -283,14 +285,20 @@ def train(spec: dict) -> dict:
 
 
 def _own_ceiling(spec: dict) -> dict:
-  """On the CPU: {'own_ceiling_flops'}, the median FLOP/s of 5 timed n^3 matmuls in the
-  step's dtype, in this process, so that an MFU against it does not depend on how the host's
-  speed moved between the run's processes (the project's hosts move by a third between
-  processes minutes apart: benchmarks/NOTES.md, attempt 52). Empty elsewhere."""
+  """On the CPU: {'own_ceiling_flops', 'own_ceiling_kernel'}: the median FLOP/s of 5 timed
+  n^3 matmuls in the step's dtype, in this process, in the GEMM the step's dense products run
+  on ('xla', or 'torch' under matmul_impl='torch': against XLA's a torch-GEMM step can read
+  over 100 %), so that an MFU against it does not depend on how the host's speed moved
+  between the run's processes (the project's hosts move by a third between processes
+  minutes apart: benchmarks/NOTES.md, attempt 52). Empty elsewhere."""
   if jax.default_backend() != 'cpu':
     return {}
-  rates = matmul_rates(spec.get('dtype', 'float32'), spec.get('ceiling_n', 2048), 5)
-  return {'own_ceiling_flops': statistics.median(rates)}
+  dtype, n = spec.get('dtype', 'float32'), spec.get('ceiling_n', 2048)
+  if spec.get('matmul_impl') == 'torch':
+    kernel, rates = 'torch', torch_peers.square_mm_rates(torch_module(), dtype, n, 5)
+  else:
+    kernel, rates = 'xla', matmul_rates(dtype, n, 5)
+  return {'own_ceiling_flops': statistics.median(rates), 'own_ceiling_kernel': kernel}
 
 
 def compile_time(spec: dict) -> dict:
