@@ -585,7 +585,6 @@ def test_the_own_ceiling_is_timed_after_the_steps_never_before(monkeypatch):
   assert events == [('steps', 1), ('steps', 1), ('steps', 2), ('ceiling', 0)]
 
 
-
 def test_the_own_ceiling_times_the_gemm_the_step_runs_on(monkeypatch):
   """A step whose dense products run in torch's GEMM (matmul_impl='torch', as `tx tune`
   chooses on some hosts) is measured against torch's n^3 matmul, not XLA's: against XLA's
@@ -595,9 +594,9 @@ def test_the_own_ceiling_times_the_gemm_the_step_runs_on(monkeypatch):
                       lambda dtype, n, reps: timed.append(('xla', dtype, n)) or [1.0] * reps)
   monkeypatch.setattr(torch_peers, 'square_mm_rates', lambda torch, dtype, n, reps, device='cpu':
                       timed.append(('torch', dtype, n)) or [2.0] * reps)
-  assert tx_side._own_ceiling({'ceiling_n': 64}) == {  # pylint: disable=protected-access
-      'own_ceiling_flops': 1.0, 'own_ceiling_kernel': 'xla'}
-  assert tx_side._own_ceiling({'ceiling_n': 64, 'matmul_impl': 'torch'}) == {  # pylint: disable=protected-access
+  own_ceiling = tx_side._own_ceiling  # pylint: disable=protected-access
+  assert own_ceiling({'ceiling_n': 64}) == {'own_ceiling_flops': 1.0, 'own_ceiling_kernel': 'xla'}
+  assert own_ceiling({'ceiling_n': 64, 'matmul_impl': 'torch'}) == {
       'own_ceiling_flops': 2.0, 'own_ceiling_kernel': 'torch'}
   assert timed == [('xla', 'float32', 64), ('torch', 'float32', 64)]
 
@@ -611,6 +610,7 @@ def test_torchs_square_matmul_is_timed_in_the_dtype_asked(monkeypatch):
       (a.dtype, tuple(a.shape), reps)) or [1.0] * reps)
   assert torch_peers.square_mm_rates(torch, 'bfloat16', 16, 3) == [1.0] * 3
   assert seen == [(torch.bfloat16, (16, 16), 3)]
+
 
 def test_xla_options_reach_the_steps_compile_only():
   """spec['xla_options'] are XLA debug options for that one compile: YNNPACK off leaves no
