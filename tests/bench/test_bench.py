@@ -572,6 +572,21 @@ def test_a_case_with_several_steps_per_call_times_one_step():
   assert set(cases.gemm_cases([cases.Case('x', dict(spec, steps_per_call=3))])) == set()  # ... once
 
 
+def test_a_case_with_micro_batches_trains_the_same_step():
+  """spec['grad_accum_steps']=2 splits each step's batch into two micro-batches (a scan in
+  the compiled step) and takes the same update: loss and gradient norm as in one pass."""
+  spec = dict(cases.QUICK[0].spec, batch=4, steps=1, warmup=1)
+  metrics = {}
+  for accum in (1, 2):
+    compiled, state, batch, cfg, _, _ = tx_side.compiled_train_step(
+        dict(spec, grad_accum_steps=accum))
+    assert cfg.optim.grad_accum_steps == accum
+    metrics[accum] = jax.device_get(compiled(state, batch)[1])
+    assert ('while' in compiled.as_text()) == (accum > 1)
+  for key in ('loss_sum', 'grad_norm'):
+    assert metrics[2][key] == pytest.approx(metrics[1][key], rel=1e-5), key
+
+
 def test_the_own_ceiling_is_timed_after_the_steps_never_before(monkeypatch):
   """A matmul timed in tx's process before its timed steps slowed some steps (NOTES attempt
   79), so the in-process ceiling comes after the last timed step and before nothing."""

@@ -25,7 +25,9 @@ selects at most that many); xla_options (train: XLA debug options for this step'
 alone, `compile(compiler_options=...)`, e.g. {'xla_cpu_use_onednn': True} or
 {'xla_cpu_experimental_ynn_fusion_type': 'LIBRARY_FUSION_TYPE_DOT'} (enum names, not the
 XLA_FLAGS spellings): settings compared in one process); decoding: prompt_len, new,
-repeats. platform ('cpu' | 'gpu', set by tx/bench/worker.py): a 'gpu' measurement refuses
+repeats. steps_per_call (train.steps_per_call); grad_accum_steps (optim.grad_accum_steps:
+tx's step takes its batch in that many micro-batches, the same update; the peer's step
+does not). platform ('cpu' | 'gpu', set by tx/bench/worker.py): a 'gpu' measurement refuses
 to run on anything but a GPU, and adds device_peak_bytes (the allocator's high-water mark)
 to a training result.
 """
@@ -33,6 +35,7 @@ to a training result.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import statistics
 import time
 from unittest import mock
@@ -112,7 +115,9 @@ def experiment(spec: dict) -> ExperimentConfig:
   # No stability diagnostics: the peers compute none. `tx tune` of a case and the scripts in
   # benchmarks/ that compile a case as the tune does then time this same step.
   return ExperimentConfig(name='bench', model=model_config(spec), data=DataConfig(**data),
-                          optim=_OPTIM[family], task=task,
+                          optim=dataclasses.replace(
+                              _OPTIM[family], grad_accum_steps=spec.get('grad_accum_steps', 1)),
+                          task=task,
                           train=TrainConfig(steps_per_call=spec.get('steps_per_call', 1),
                                             diagnostics=False))
 
@@ -184,8 +189,8 @@ def _train_step(cfg: ExperimentConfig):
   model = build_model(cfg.model)
   optimizer, _ = make_optimizer(cfg.optim, total_steps=1000, d_model=cfg.model.d_model,
                                 model=cfg.model)
-  step_fn = make_train_step(model, task, optimizer, dropout=False,
-                            diagnostics=cfg.train.diagnostics)
+  step_fn = make_train_step(model, task, optimizer, accum_steps=cfg.optim.grad_accum_steps,
+                            dropout=False, diagnostics=cfg.train.diagnostics)
   sharding = batch_sharding(mesh)
   if cfg.train.per_call > 1:
     step_fn, sharding = consecutive_steps(step_fn), stacked_sharding(sharding)
