@@ -8,6 +8,7 @@ import pytest
 
 from tx import cli
 from tx.bench import cases, report, suite, torch_peers, tuned, tx_side, worker
+from tx.config.base import ConfigError
 from tx.timing import calls_per_sample, process_usage, sample_seconds, usage_per_step
 
 
@@ -585,6 +586,8 @@ def test_a_case_with_micro_batches_trains_the_same_step():
     assert ('while' in compiled.as_text()) == (accum > 1)
   for key in ('loss_sum', 'grad_norm'):
     assert metrics[2][key] == pytest.approx(metrics[1][key], rel=1e-5), key
+  with pytest.raises(ConfigError, match='3 does not divide train.batch_size=4'):
+    tx_side.experiment(dict(spec, grad_accum_steps=3))  # before anything compiles
 
 
 def test_the_own_ceiling_is_timed_after_the_steps_never_before(monkeypatch):

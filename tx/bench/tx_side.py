@@ -35,7 +35,6 @@ to a training result.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import statistics
 import time
 from unittest import mock
@@ -115,10 +114,11 @@ def experiment(spec: dict) -> ExperimentConfig:
   # No stability diagnostics: the peers compute none. `tx tune` of a case and the scripts in
   # benchmarks/ that compile a case as the tune does then time this same step.
   return ExperimentConfig(name='bench', model=model_config(spec), data=DataConfig(**data),
-                          optim=dataclasses.replace(
-                              _OPTIM[family], grad_accum_steps=spec.get('grad_accum_steps', 1)),
+                          optim=_OPTIM[family].replace(
+                              grad_accum_steps=spec.get('grad_accum_steps', 1)),
                           task=task,
-                          train=TrainConfig(steps_per_call=spec.get('steps_per_call', 1),
+                          train=TrainConfig(batch_size=spec['batch'],
+                                            steps_per_call=spec.get('steps_per_call', 1),
                                             diagnostics=False))
 
 
