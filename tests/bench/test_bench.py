@@ -51,6 +51,19 @@ def test_report_ratios_mfu_and_targets():
   assert 'MISSED' in text and 'broken' in text and 'FAILED: boom' in text
 
 
+def test_the_own_ceiling_row_names_the_gemm_it_was_timed_on():
+  """XLA's dot and torch's mm differ by up to 40 % on one host (NOTES attempt 89), so the
+  row says which one an MFU was divided by; a result without the key timed XLA's."""
+  doc = _doc(tx_tokens=2000.0, peer_tokens=1000.0, tx_rss=3e9, peer_rss=10e9)
+  train = doc['cases']['gpt_6l']['tx_train']
+  for kernel, name in ((None, 'XLA dot'), ('xla', 'XLA dot'), ('torch', 'torch mm')):
+    own = dict(train, own_ceiling_flops=200e9, **({'own_ceiling_kernel': kernel} if kernel else {}))
+    case = dict(doc['cases']['gpt_6l'], tx_train=own)
+    by = {(r['case'], r['metric']): r for r in report.rows(dict(doc, cases={'gpt_6l': case}))}
+    assert by['gpt_6l', f'train MFU (own {name} ceiling)']['tx'] == pytest.approx(0.25)
+    assert not [m for c, m in by if '(own ' in m and name not in m]
+
+
 def test_report_flags_a_slower_tx():
   doc = _doc(tx_tokens=1000.0, peer_tokens=1000.0, tx_rss=9e9, peer_rss=10e9)
   met = {t['target']: t['met'] for t in doc['targets']}
@@ -113,7 +126,7 @@ def test_side_by_side_run_measures_tx_and_the_peer():
   assert by['gpt_6l', 'train system s/step']['tx'] >= 0
   # MFU against a matmul timed inside tx's own training process, beside the run's ceilings
   own = got['tx_train']['own_ceiling_flops']
-  assert own > 0 and by['gpt_6l', 'train MFU (own ceiling)']['tx'] == pytest.approx(
+  assert own > 0 and by['gpt_6l', 'train MFU (own XLA dot ceiling)']['tx'] == pytest.approx(
       got['tx_train']['model_flops_per_s'] / own)
   if peers:
     assert got['peer_decode_b1']['generated_tokens'] == spec['new']
