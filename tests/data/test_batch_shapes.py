@@ -55,6 +55,19 @@ def test_batch_shapes_equal_the_pipeline_spec(case):
   assert batch_shapes(cfg, objective, 8) == spec
 
 
+def test_the_spec_of_a_huge_batch_builds_one_row_not_the_batch():
+  """The spec is read off one row: a batch of 2^24 rows was once built (GiBs, tens of
+  seconds) only to be measured before the step compiled."""
+  objective, overrides = CASES['lm_windows']
+  pipe = make_pipeline(DataConfig(**overrides), objective, 'train', batch_size=2 ** 24, seed=0,
+                       source=source(False), tokenizer=Chars())
+  built = []
+  real_batch = pipe.rows.batch
+  pipe.rows.batch = lambda keys, rows: built.append(len(rows)) or real_batch(keys, rows)
+  spec = pipe.batch_spec()
+  assert built == [1] and spec['inputs'] == ((2 ** 24, 16), np.dtype(np.int32))
+
+
 def test_unknown_objective():
   with pytest.raises(DataError, match='objective'):
     batch_shapes(DataConfig(), 'lm', 8)

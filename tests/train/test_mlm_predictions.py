@@ -68,7 +68,7 @@ def test_the_head_at_the_selected_positions_gives_the_same_loss_and_gradients(en
   model = build_model(cfg)
 
   def loss(task):
-    return jax.value_and_grad(lambda p: task.loss(model, p, batch)[0])(params)
+    return jax.jit(jax.value_and_grad(lambda p: task.loss(model, p, batch)[0]))(params)
 
   full_loss, full_grads = loss(MLMTask(cfg, TaskConfig()))
   task = MLMTask(cfg, TaskConfig(), max_predictions=cap)

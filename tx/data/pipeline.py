@@ -258,10 +258,10 @@ class Pipeline:
     return it
 
   def batch_spec(self) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
-    """{key: (shape, dtype)} of every batch (static: identical at every step)."""
-    empty = self.rows.batch(np.zeros(self.batch_size, np.int64),
-                            np.full(self.batch_size, -1, np.int64))
-    return {k: (v.shape, v.dtype) for k, v in empty.items()}
+    """{key: (shape, dtype)} of every batch (static: identical at every step): [batch_size,
+    ...] each. Read off one all-pad row, so a huge batch is not built just to be measured."""
+    empty = self.rows.batch(np.zeros(1, np.int64), np.full(1, -1, np.int64))
+    return {k: ((self.batch_size,) + v.shape[1:], v.dtype) for k, v in empty.items()}
 
   @property
   def bytes_per_token(self) -> float:
