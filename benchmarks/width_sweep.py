@@ -1,0 +1,82 @@
+"""tx against its PyTorch peer on one `tx bench` case at several model widths, side by side.
+
+  python benchmarks/width_sweep.py bert_6l --widths 384 768 --rounds 6
+
+Each width is the case's spec with d_model set to it, heads = d_model / 64 and d_ff =
+4 * d_model (768 is BERT-base's width); the rest (layers, context, batch, steps) is the
+case's. tx trains with `tx tune`'s choice for the case's own step on this host (from the tune
+cache, timed first where nothing is cached, as `tx bench --tune` does) unless `--defaults`;
+the peer is the case's, unchanged. Every measurement runs in its own process (tx then the
+peer, round by round), as in `tx bench`, so a slow minute of the host moves both of a pair.
+Per round it prints tokens/s a side and tx / peer; at the end, per width, the median ratio,
+the ratio of the median tokens/s, and how many rounds reached 1.0x. `--json PATH` keeps the
+runs. On the project's CPUs the peer's speed moves by a fifth to a third between processes
+(benchmarks/NOTES.md, attempts 87 and 91), so read medians over several rounds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+
+
+def widened(spec: dict, width: int) -> dict:
+  """`spec` at model width `width`: heads of 64 dimensions, d_ff = 4 * width."""
+  if width % 64:
+    raise SystemExit(f'--widths: {width} is not a multiple of 64 (heads of 64 dimensions)')
+  return dict(spec, d_model=width, heads=width // 64, d_ff=4 * width)
+
+
+def main(argv=None) -> int:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument('case', help='a training case of `tx bench` (tx/bench/cases.py SUITE)')
+  parser.add_argument('--widths', type=int, nargs='+', default=[384, 768])
+  parser.add_argument('--rounds', type=int, default=3)
+  parser.add_argument('--threads', type=int, default=2)
+  parser.add_argument('--defaults', action='store_true', help="tx's defaults, not the tune's")
+  parser.add_argument('--json', help='write every run here')
+  args = parser.parse_args(argv)
+
+  for width in args.widths:  # a bad width fails before anything is measured
+    widened({}, width)
+  from tx.bench import cases, tuned, worker  # pylint: disable=g-import-not-at-top
+  by_name = {c.name: c for c in cases.SUITE}
+  if args.case not in by_name or 'train' not in by_name[args.case].kinds:
+    raise SystemExit(f'{args.case!r} is not a training case of `tx bench`; one of '
+                     f'{", ".join(n for n, c in by_name.items() if "train" in c.kinds)}')
+  case = by_name[args.case]
+  tx_spec, tx_env = case.spec, {}
+  if not args.defaults:
+    tx_spec, summary = tuned.choice(case.spec, threads=args.threads, say=print)
+    tx_env = {'env': {'XLA_FLAGS': summary['xla_flags']}} if summary['xla_flags'] else {}
+    print(f'{case.name}: tx trains with the tune\'s choice {summary["choice"]!r}')
+  peer = f'tx.bench.torch_peers:{cases.PEER_TRAIN[case.spec["family"]]}'
+  runs = {}
+  for width in args.widths:
+    for i in range(args.rounds):
+      pair = {side: worker.run_isolated(target, widened(spec, width), threads=args.threads,
+                                        **env)
+              for side, target, spec, env in (('tx', 'tx.bench.tx_side:train', tx_spec, tx_env),
+                                              ('peer', peer, case.spec, {}))}
+      runs.setdefault(str(width), []).append(pair)
+      tx, pe = pair['tx']['tokens_per_s'], pair['peer']['tokens_per_s']
+      print(f'd_model {width}, round {i + 1}/{args.rounds}: tx {tx:,.0f}, peer {pe:,.0f} '
+            f'tokens/s, {tx / pe:.3f}x', flush=True)
+  for width, pairs in runs.items():
+    tx = [p['tx']['tokens_per_s'] for p in pairs]
+    pe = [p['peer']['tokens_per_s'] for p in pairs]
+    ratios = [a / b for a, b in zip(tx, pe)]
+    print(f'd_model {width}: median {statistics.median(ratios):.3f}x '
+          f'({min(ratios):.3f}-{max(ratios):.3f}), medians {statistics.median(tx):,.0f} / '
+          f'{statistics.median(pe):,.0f} tokens/s = '
+          f'{statistics.median(tx) / statistics.median(pe):.3f}x, '
+          f'{sum(r >= 1 for r in ratios)} of {len(ratios)} rounds at 1.0x or more')
+  if args.json:
+    with open(args.json, 'w', encoding='utf-8') as f:
+      json.dump({'case': case.name, 'tx_spec': tx_spec, 'runs': runs}, f, indent=1)
+  return 0
+
+
+if __name__ == '__main__':
+  raise SystemExit(main())
