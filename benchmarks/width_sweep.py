@@ -38,9 +38,13 @@ def main(argv=None) -> int:
   parser.add_argument('--json', help='write every run here')
   args = parser.parse_args(argv)
 
+  if args.rounds < 1:
+    raise SystemExit(f'--rounds: {args.rounds}; give 1 or more')
   for width in args.widths:  # a bad width fails before anything is measured
     widened({}, width)
-  from tx.bench import cases, tuned, worker  # pylint: disable=g-import-not-at-top
+  from tx.bench import cases, suite, tuned, worker  # pylint: disable=g-import-not-at-top
+  if not suite.torch_available():
+    raise SystemExit('the peer needs torch and transformers: pip install -e ".[interop]"')
   by_name = {c.name: c for c in cases.SUITE}
   if args.case not in by_name or 'train' not in by_name[args.case].kinds:
     raise SystemExit(f'{args.case!r} is not a training case of `tx bench`; one of '
