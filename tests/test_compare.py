@@ -56,6 +56,23 @@ def test_welch_interval_matches_scipy():
   assert ci.df == pytest.approx((va + vb) ** 2 / (va ** 2 / 3 + vb ** 2 / 4))
 
 
+def test_ratio_interval_is_a_t_interval_on_the_logs():
+  from scipy import stats as sps
+  ratios = [0.84, 1.08, 0.92, 0.95, 0.89]
+  ci = stats.ratio_interval(ratios)
+  logs = [math.log(r) for r in ratios]
+  ref = sps.ttest_1samp(logs, 0.0).confidence_interval(0.95)
+  assert ci.diff == pytest.approx(math.prod(ratios) ** (1 / 5))  # the geometric mean
+  assert (ci.low, ci.high) == (pytest.approx(math.exp(ref.low)), pytest.approx(math.exp(ref.high)))
+  assert ci.df == 4
+  even = stats.ratio_interval([0.8, 1.25])  # as far below 1 as above it
+  assert even.diff == pytest.approx(1.0) and even.low * even.high == pytest.approx(1.0)
+  assert stats.ratio_interval([1.1, 1.1, 1.1]).low == pytest.approx(1.1)  # no spread: a point
+  assert stats.ratio_interval([0.9]) is None  # one round: no interval
+  with pytest.raises(ValueError, match='positive'):
+    stats.ratio_interval([1.0, 0.0])
+
+
 def test_interval_excludes_zero_only_for_separated_samples():
   assert stats.welch_interval(LOSSES['position=rope'], LOSSES['position=sinusoidal']).excludes_zero
   overlap = stats.welch_interval(LOSSES['position=alibi'], LOSSES['position=sinusoidal'])

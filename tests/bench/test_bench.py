@@ -189,9 +189,22 @@ def test_rounds_alternate_the_sides_and_report_each_sides_median_run(monkeypatch
   assert (floor['met'], floor['rounds'], floor['rounds_met']) == (True, 3, 3)
   text = report.table(dict(doc, machine={'processor': 'cpu', 'platform': 'x', 'cpu_count': 2,
                                          'threads': 2, 'jax': '0'}))
-  assert 'gpt_6l train tokens/s: tx 100-300, peer 100-160, tx/peer 1.00-3.00x' in text
   assert 'gpt_6l decode b1 tokens/s: tx 30.0-90.0, peer 20.0-40.0, tx/peer 1.50-2.40x' in text
-  assert 'decoder train tokens/s >= 1.5x peer (6L): 2.00 (>= 1.5, held in 1 of 3 rounds)' in text
+  # the paired rounds' geometric mean with its t-interval (the logs' by hand: scipy's
+  # ttest_1samp on log 3, log 1, log 1.25 gives 0.367-6.574)
+  assert row['ratio_interval'] == pytest.approx([3.75 ** (1 / 3), 0.36717, 6.57381], rel=1e-4)
+  assert ('gpt_6l train tokens/s: tx 100-300, peer 100-160, tx/peer 1.00-3.00x, geometric mean '
+          '1.55x (95 % interval 0.37-6.57x)') in text
+  assert ('decoder train tokens/s >= 1.5x peer (6L): 2.00 (>= 1.5, held in 1 of 3 rounds; '
+          'geometric mean 1.55x (95 % interval 0.37-6.57x, either side of 1.5))') in text
+
+
+def test_a_targets_interval_says_which_side_of_its_bound_it_lies():
+  """A target is settled on a host only where the paired rounds' interval clears its bound."""
+  assert report._interval([0.95, 0.91, 0.99], 1.0).endswith('0.91-0.99x, all below 1.0)')
+  assert report._interval([1.07, 1.01, 1.14], 1.0).endswith('1.01-1.14x, all above 1.0)')
+  assert report._interval([0.6, 0.55, 0.7], 0.6).endswith('either side of 0.6)')
+  assert report._interval([0.95, 0.91, 0.99]) == '0.95x (95 % interval 0.91-0.99x)'
 
 
 def _hlo_size(layers: int) -> int:

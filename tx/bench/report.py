@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from tx.bench import host
+from tx.compare import stats
 
 GB = 1e9
 
@@ -84,7 +85,10 @@ def rows(doc: dict) -> list[dict]:
     if rounds and rounds[0]:  # (tx's value per round, the peer's or None), in the order run
       out[-1].update(tx_rounds=rounds[0], peer_rounds=rounds[1])
       if rounds[1] and len(rounds[1]) == len(rounds[0]):
-        out[-1]['ratio_rounds'] = [a / b for a, b in zip(*rounds)]
+        paired = out[-1]['ratio_rounds'] = [a / b for a, b in zip(*rounds)]
+        interval = stats.ratio_interval(paired) if all(x > 0 for x in paired) else None
+        if interval:  # the rounds' geometric mean ratio, with its 95 % t-interval
+          out[-1]['ratio_interval'] = [interval.diff, interval.low, interval.high]
 
   def measured(c, key):
     return c.get(f'tx_{key}_rounds'), c.get(f'peer_{key}_rounds')
@@ -170,6 +174,8 @@ def targets(doc: dict) -> list[dict]:
     elif paired:  # the same bound on each round's own tx / peer ratio
       row.update(rounds=len(paired), rounds_met=sum(
           (x >= bound if kind == 'min' else x <= bound) for x in paired))
+      if r.get('ratio_interval'):
+        row['interval'] = r['ratio_interval']
     out.append(row)
   return out
 
@@ -256,8 +262,21 @@ def rounds_lines(doc: dict) -> list[str]:
       parts.append(f'peer {span(r["peer_rounds"], _fmt)}')
     if r.get('ratio_rounds'):
       parts.append(f'tx/peer {span(r["ratio_rounds"], lambda x: f"{x:.2f}")}x')
+    if r.get('ratio_interval'):
+      parts.append(f'geometric mean {_interval(r["ratio_interval"])}')
     lines.append(f'{r["case"]} {r["metric"]}: ' + ', '.join(parts))
   return lines
+
+
+def _interval(interval: list[float], bound: float | None = None) -> str:
+  """'0.95x (95 % interval 0.91-0.99x)' from [geometric mean, low, high], with where the
+  interval lies against `bound` when given (', all below 1.0')."""
+  center, low, high = interval
+  where = ''
+  if bound is not None:
+    where = (', all above ' if low > bound else ', all below ' if high < bound
+             else ', either side of ') + f'{bound}'
+  return f'{center:.2f}x (95 % interval {low:.2f}-{high:.2f}x{where})'
 
 
 def _share(ours: float, theirs: float, gap: float) -> str:
@@ -428,7 +447,8 @@ def table(doc: dict) -> str:
               else 'not measured'}[t['met']]
     sign = '>=' if t['kind'] == 'min' else '<='
     held = (f', held in {t["rounds_met"]} of {t["rounds"]} rounds' if t.get('rounds')
-            else '')
+            else '') + (f'; geometric mean {_interval(t["interval"], t["bound"])}' if t.get('interval')
+                        else '')
     value = '-' if t['value'] is None else f'{t["value"]:.2f}'  # a ratio: 1.00, not 1
     lines.append(f'  {status:<12} {t["target"]}: {value} ({sign} {t["bound"]}'
                  f'{held})' + (f' [{t["note"]}]' if t.get('note') else ''))

@@ -1,4 +1,5 @@
-"""Statistics over seeds: mean, sample std, and Welch's t-interval for a difference of means.
+"""Statistics over seeds and rounds: mean, sample std, Welch's t-interval for a difference of
+means, and a t-interval for the geometric mean of paired ratios (`tx bench`'s rounds).
 
 Pure functions of lists of floats (no file I/O), so they can be tested against hand
 computations and scipy. With fewer than two seeds on either side there is no spread to
@@ -82,3 +83,20 @@ def welch_interval(a: Sequence[float], b: Sequence[float],
   df = (va + vb) ** 2 / (va ** 2 / (na - 1) + vb ** 2 / (nb - 1))
   half = t_quantile(0.5 + confidence / 2, df) * se
   return Interval(diff, diff - half, diff + half, df, confidence)
+
+
+def ratio_interval(ratios: Sequence[float], confidence: float = 0.95) -> Interval | None:
+  """The geometric mean of paired ratios (round i's a / round i's b, measured side by side)
+  with a t-interval, both as ratios: the mean and interval of log(ratio), exponentiated.
+  `diff` is the geometric mean, [low, high] its interval, `df` = n - 1. Logs make 0.8x and
+  1.25x equally far from 1. Treats the rounds as independent draws; None for fewer than
+  2 ratios, ValueError on a ratio that is not positive."""
+  if any(not r > 0 for r in ratios):
+    raise ValueError(f'ratios must be positive, got {list(ratios)}')
+  if len(ratios) < 2:
+    return None
+  logs = [math.log(r) for r in ratios]
+  center, spread = mean(logs), std(logs) / math.sqrt(len(logs))
+  half = t_quantile(0.5 + confidence / 2, len(logs) - 1) * spread if spread else 0.0
+  return Interval(math.exp(center), math.exp(center - half), math.exp(center + half),
+                  float(len(logs) - 1), confidence)
