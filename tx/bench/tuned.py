@@ -26,10 +26,11 @@ def with_choice(spec: dict, entry: dict) -> dict:
   return {**spec, **model, **train}
 
 
-def choice(spec: dict, *, threads: int, say) -> tuple[dict, dict]:
+def choice(spec: dict, *, threads: int, say, **tune_args) -> tuple[dict, dict]:
   """(the spec tx's side trains with, {'choice', 'xla_flags', 'model_overrides',
-  'train_overrides', 'timings'}) for a case's training `spec` on this host."""
-  entry = tune.tune(step_config(spec), threads=threads, say=say)
+  'train_overrides', 'timings'}) for a case's training `spec` on this host; `tune_args`
+  (candidates, steps, warmup, rounds) go to `tune.tune` where nothing is cached."""
+  entry = tune.tune(step_config(spec), threads=threads, say=say, **tune_args)
   summary = {k: entry.get(k) for k in ('choice', 'xla_flags', 'model_overrides',
                                        'train_overrides', 'timings')}
   return with_choice(spec, entry), summary
