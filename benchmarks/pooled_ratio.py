@@ -5,11 +5,12 @@
 
 Reads `tx bench --rounds N` JSON documents (every training and decoding row with paired
 rounds) and `benchmarks/width_sweep.py --json` files (each width's training rounds, as
-'<case> d<width>'), and pools the paired ratios of each (case, metric, tx's setting): tx's
-setting is the `tx tune` choice the run trained with ('untuned' without one), so rounds of
-different settings are never pooled. One session's host reading moves both sides of a pair,
-which is why the ratios pool across sessions where the tokens/s do not. Prints, per group,
-the rounds, the files they came from, the geometric mean and its t-interval on the logs
+'<case> d<width>', or the case's name at its own width), and pools the paired ratios of each
+(case, metric, tx's setting): tx's setting is its kernels, steps per call and XLA flags as the
+run trained (the case's spec with the run's `tx tune` choice), so rounds of different settings
+are never pooled. One session's host speed moves both sides of a pair, which is why the
+ratios pool across sessions where the tokens/s do not. Prints, per group, the rounds, how
+many runs they came from, the geometric mean and its t-interval on the logs
 (`tx.compare.stats.ratio_interval`: the rounds taken as independent draws), and, with
 `--bound`, whether the interval lies all above, all below, or either side of it.
 """
@@ -21,23 +22,36 @@ import json
 from pathlib import Path
 
 
+SETTINGS = ('attention_impl', 'matmul_impl', 'norm_impl', 'steps_per_call', 'grad_accum_steps')
+
+
+def setting(spec: dict, flags: str = '') -> str:
+  """The label of tx's setting: the spec's kernel and loop keys, and the XLA flags."""
+  parts = [f'{k}={spec[k]}' for k in SETTINGS if spec.get(k, 'auto') != 'auto']
+  return ' '.join(parts + ([flags] if flags else [])) or 'defaults'
+
+
 def bench_rounds(doc: dict):
-  """(case, metric, setting, [tx / peer per round]) for each paired row of a `tx bench` JSON."""
+  """(case, metric, setting, [tx / peer per round]) for each paired row of a `tx bench` JSON;
+  the setting is the case's spec with the run's `tx tune` choice."""
   for r in doc.get('rows', []):
     if r.get('ratio_rounds'):
-      tuned = (doc['cases'].get(r['case']) or {}).get('tuned') or {}
-      yield r['case'], r['metric'], tuned.get('choice', 'untuned'), r['ratio_rounds']
+      case = doc['cases'].get(r['case']) or {}
+      tuned = case.get('tuned') or {}
+      spec = {**case.get('spec', {}), **(tuned.get('model_overrides') or {}),
+              **(tuned.get('train_overrides') or {})}
+      yield r['case'], r['metric'], setting(spec, tuned.get('xla_flags') or ''), r['ratio_rounds']
 
 
 def sweep_rounds(doc: dict):
-  """The same for a `width_sweep.py --json` file: each width's training rounds."""
+  """The same for a `width_sweep.py --json` file: each width's training rounds, named
+  '<case> d<width>', or '<case>' at the case's own width (the suite's measurement)."""
+  from tx.bench import cases  # pylint: disable=g-import-not-at-top
+  own = {c.name: c.spec.get('d_model') for c in cases.SUITE}.get(doc['case'])
   for width, pairs in doc['runs'].items():
     tx = (doc.get('tx') or {}).get(width) or {'spec': doc.get('tx_spec') or {}}  # or older files
-    spec, flags = tx['spec'], (tx.get('env') or {}).get('XLA_FLAGS', '')
-    setting = ' '.join([f'{k}={spec[k]}' for k in ('attention_impl', 'matmul_impl', 'norm_impl',
-                                                     'steps_per_call') if k in spec]
-                       + ([flags] if flags else [])) or 'defaults'
-    yield (f'{doc["case"]} d{width}', 'train tokens/s', setting,
+    name = doc['case'] if str(own) == width else f'{doc["case"]} d{width}'
+    yield (name, 'train tokens/s', setting(tx['spec'], (tx.get('env') or {}).get('XLA_FLAGS', '')),
            [p['tx']['tokens_per_s'] / p['peer']['tokens_per_s'] for p in pairs])
 
 
