@@ -10,8 +10,9 @@ case's. tx trains with `tx tune`'s choice for the case's own step on this host (
 cache, timed first where nothing is cached, as `tx bench --tune` does) unless `--defaults`;
 with `--tune-each-width`, with the choice for each width's own step instead (a wider model's
 products may want another GEMM), tuned like `tx tune` (`--candidates`, `--tune-steps`,
-`--tune-warmup`, `--tune-rounds`) and cached per shape. The peer is the case's, unchanged. Every measurement runs in its own process (tx then the
-peer, round by round), as in `tx bench`, so a slow minute of the host moves both of a pair.
+`--tune-warmup`, `--tune-rounds`) and cached per shape. The peer is the case's, unchanged.
+Every measurement runs in its own process (tx then the peer, round by round), as in `tx
+bench`, so a slow minute of the host moves both of a pair.
 Per round it prints tokens/s a side and tx / peer; at the end, per width, the median ratio,
 the ratio of the median tokens/s, and how many rounds reached 1.0x. `--json PATH` keeps the
 runs. On the project's CPUs the peer's speed moves by a fifth to a third between processes
@@ -53,6 +54,9 @@ def main(argv=None) -> int:
 
   if args.rounds < 1:
     raise SystemExit(f'--rounds: {args.rounds}; give 1 or more')
+  if min(args.tune_steps, args.tune_rounds) < 1 or args.tune_warmup < 0:
+    raise SystemExit(f'--tune-steps {args.tune_steps}, --tune-rounds {args.tune_rounds}, '
+                     f'--tune-warmup {args.tune_warmup}: give steps and rounds >= 1, warmup >= 0')
   if args.candidates and not args.tune_each_width:
     raise SystemExit('--candidates: only with --tune-each-width (the case\'s own tune is '
                      '`tx bench --tune`\'s)')

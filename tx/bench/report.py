@@ -446,9 +446,9 @@ def table(doc: dict) -> str:
     status = {True: 'met', False: 'MISSED', None: 'not judged' if t.get('note')
               else 'not measured'}[t['met']]
     sign = '>=' if t['kind'] == 'min' else '<='
-    held = (f', held in {t["rounds_met"]} of {t["rounds"]} rounds' if t.get('rounds')
-            else '') + (f'; geometric mean {_interval(t["interval"], t["bound"])}' if t.get('interval')
-                        else '')
+    held = f', held in {t["rounds_met"]} of {t["rounds"]} rounds' if t.get('rounds') else ''
+    if t.get('interval'):
+      held += f'; geometric mean {_interval(t["interval"], t["bound"])}'
     value = '-' if t['value'] is None else f'{t["value"]:.2f}'  # a ratio: 1.00, not 1
     lines.append(f'  {status:<12} {t["target"]}: {value} ({sign} {t["bound"]}'
                  f'{held})' + (f' [{t["note"]}]' if t.get('note') else ''))
