@@ -11,14 +11,19 @@ run trained (the case's spec with the run's `tx tune` choice), so rounds of diff
 are never pooled. One session's host speed moves both sides of a pair, which is why the
 ratios pool across sessions where the tokens/s do not. Prints, per group, the rounds, how
 many runs they came from, the geometric mean and its t-interval on the logs
-(`tx.compare.stats.ratio_interval`: the rounds taken as independent draws), and, with
-`--bound`, whether the interval lies all above, all below, or either side of it.
+(`tx.compare.stats.ratio_interval`: the rounds taken as independent draws), then, over two
+runs or more, the same with the runs as the draws (each run's geometric mean: the rounds of
+one session share its host's speed, so this wider interval is the cautious one), and, with
+`--bound`, whether the interval lies all above, all below, or either side of it. With
+`--by-order`, each group is split by the side that ran first in its rounds (recorded since
+`tx bench --order`; older runs ran tx first in every round), which shows an order effect.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 from pathlib import Path
 
 
@@ -40,7 +45,9 @@ def bench_rounds(doc: dict):
       tuned = case.get('tuned') or {}
       spec = {**case.get('spec', {}), **(tuned.get('model_overrides') or {}),
               **(tuned.get('train_overrides') or {})}
-      yield r['case'], r['metric'], setting(spec, tuned.get('xla_flags') or ''), r['ratio_rounds']
+      first = r.get('first_rounds') or ['tx'] * len(r['ratio_rounds'])  # older: tx first
+      yield (r['case'], r['metric'], setting(spec, tuned.get('xla_flags') or ''),
+             r['ratio_rounds'], first)
 
 
 def sweep_rounds(doc: dict):
@@ -52,11 +59,14 @@ def sweep_rounds(doc: dict):
     tx = (doc.get('tx') or {}).get(width) or {'spec': doc.get('tx_spec') or {}}  # or older files
     name = doc['case'] if str(own) == width else f'{doc["case"]} d{width}'
     yield (name, 'train tokens/s', setting(tx['spec'], (tx.get('env') or {}).get('XLA_FLAGS', '')),
-           [p['tx']['tokens_per_s'] / p['peer']['tokens_per_s'] for p in pairs])
+           [p['tx']['tokens_per_s'] / p['peer']['tokens_per_s'] for p in pairs],
+           [p.get('first', 'tx') for p in pairs])
 
 
-def pooled(paths: list[str]) -> dict:
-  """{(case, metric, setting): {'ratios': [...], 'files': [...]}} over the readable files."""
+def pooled(paths: list[str], by_order: bool = False) -> dict:
+  """{(case, metric, setting): {'ratios': [...], 'files': [...]}} over the readable files;
+  `by_order`: keyed (case, metric, setting + ', <side> first') instead, a group per side that
+  ran first in the rounds."""
   groups = {}
   for path in paths:
     try:
@@ -70,10 +80,16 @@ def pooled(paths: list[str]) -> dict:
       found = sweep_rounds(doc)
     else:
       continue  # another JSON beside the runs (a profile, a tune entry)
-    for case, metric, setting, ratios in found:
-      group = groups.setdefault((case, metric, setting), {'ratios': [], 'files': []})
-      group['ratios'] += ratios
-      group['files'].append(path)
+    for case, metric, label, ratios, first in found:
+      for side in ('tx', 'peer') if by_order else (None,):
+        kept = [r for r, f in zip(ratios, first) if side in (None, f)]
+        if not kept:
+          continue
+        key = (case, metric, f'{label}, {side} first' if side else label)
+        group = groups.setdefault(key, {'ratios': [], 'files': [], 'runs': []})
+        group['ratios'] += kept
+        group['files'].append(path)
+        group['runs'].append(kept)
   return groups
 
 
@@ -82,9 +98,11 @@ def main(argv=None) -> int:
   parser.add_argument('files', nargs='+')
   parser.add_argument('--case', help='only cases whose name starts with this')
   parser.add_argument('--bound', type=float, help="say where each interval lies against it")
+  parser.add_argument('--by-order', action='store_true',
+                      help='split each group by the side that ran first in its rounds')
   args = parser.parse_args(argv)
   from tx.compare import stats  # pylint: disable=g-import-not-at-top
-  groups = pooled(args.files)
+  groups = pooled(args.files, by_order=args.by_order)
   shown = {k: g for k, g in sorted(groups.items())
            if not args.case or k[0].startswith(args.case)}
   if not shown:
@@ -96,13 +114,27 @@ def main(argv=None) -> int:
     line = (f'{case} {metric} [{setting}]: {len(ratios)} rounds from {runs} '
             f'run{"s" if runs > 1 else ""}, tx/peer {min(ratios):.2f}-{max(ratios):.2f}x')
     if interval:
-      line += (f', geometric mean {interval.diff:.3f}x, 95 % interval {interval.low:.3f}-'
-               f'{interval.high:.3f}x')
-      if args.bound is not None:
-        line += (' (all above' if interval.low > args.bound else ' (all below'
-                 if interval.high < args.bound else ' (either side of') + f' {args.bound})'
+      line += f', geometric mean {_interval(interval, args.bound)}'
+    # the runs as the draws (each run's geometric mean): rounds of one session share its
+    # host's speed, so this interval is the wider, more cautious one across sessions
+    by_run = stats.ratio_interval([geometric_mean(r) for r in group['runs']])
+    if by_run and runs > 1:
+      line += f'; runs as draws {_interval(by_run, args.bound)}'
     print(line)
   return 0
+
+
+def geometric_mean(ratios: list[float]) -> float:
+  return math.exp(sum(math.log(r) for r in ratios) / len(ratios))
+
+
+def _interval(interval, bound: float | None) -> str:
+  """'0.939x, 95 % interval 0.908-0.971x' (+ ' (all below 1.0)' with a bound)."""
+  text = f'{interval.diff:.3f}x, 95 % interval {interval.low:.3f}-{interval.high:.3f}x'
+  if bound is None:
+    return text
+  return text + (' (all above' if interval.low > bound else ' (all below'
+                 if interval.high < bound else ' (either side of') + f' {bound})'
 
 
 if __name__ == '__main__':

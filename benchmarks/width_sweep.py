@@ -11,8 +11,9 @@ cache, timed first where nothing is cached, as `tx bench --tune` does) unless `-
 with `--tune-each-width`, with the choice for each width's own step instead (a wider model's
 products may want another GEMM), tuned like `tx tune` (`--candidates`, `--tune-steps`,
 `--tune-warmup`, `--tune-rounds`) and cached per shape. The peer is the case's, unchanged.
-Every measurement runs in its own process (tx then the peer, round by round), as in `tx
-bench`, so a slow minute of the host moves both of a pair.
+Every measurement runs in its own process, tx and the peer round by round, each first in
+every second round unless `--order tx-first` (as `tx bench --order`), so a slow minute of the
+host moves both of a pair and an advantage of running second falls on both sides.
 Per round it prints tokens/s a side and tx / peer; at the end, per width, the median ratio,
 the ratio of the median tokens/s, and how many rounds reached 1.0x. `--json PATH` keeps the
 runs. On the project's CPUs the peer's speed moves by a fifth to a third between processes
@@ -40,6 +41,8 @@ def main(argv=None) -> int:
   parser.add_argument('--widths', type=int, nargs='+', default=[384, 768])
   parser.add_argument('--rounds', type=int, default=3)
   parser.add_argument('--threads', type=int, default=2)
+  parser.add_argument('--order', choices=('alternate', 'tx-first'), default='alternate',
+                      help='which side runs first in each round (`tx bench --order`)')
   tuning = parser.add_mutually_exclusive_group()
   tuning.add_argument('--defaults', action='store_true', help="tx's defaults, not the tune's")
   tuning.add_argument('--tune-each-width', action='store_true',
@@ -98,11 +101,15 @@ def main(argv=None) -> int:
   for width in args.widths:
     tx_spec, tx_env = settings[width]
     choices[str(width)] = {'spec': tx_spec, **tx_env}
+    sides = {'tx': ('tx.bench.tx_side:train', tx_spec, tx_env),
+             'peer': (peer, widened(case.spec, width), {})}
     for i in range(args.rounds):
-      pair = {side: worker.run_isolated(target, spec, threads=args.threads, **env)
-              for side, target, spec, env in (('tx', 'tx.bench.tx_side:train', tx_spec, tx_env),
-                                              ('peer', peer, widened(case.spec, width), {}))}
-      runs.setdefault(str(width), []).append(pair)
+      first = suite.first_side(i, args.order)
+      pair = {side: worker.run_isolated(sides[side][0], sides[side][1], threads=args.threads,
+                                        **sides[side][2])
+              for side in (first, 'peer' if first == 'tx' else 'tx')}
+      runs.setdefault(str(width), []).append({'tx': pair['tx'], 'peer': pair['peer'],
+                                              'first': first})
       tx, pe = pair['tx']['tokens_per_s'], pair['peer']['tokens_per_s']
       print(f'd_model {width}, round {i + 1}/{args.rounds}: tx {tx:,.0f}, peer {pe:,.0f} '
             f'tokens/s, {tx / pe:.3f}x', flush=True)

@@ -12,8 +12,8 @@
     tx compare DIR... [--metric NAME] [--baseline VARIANT] [--out DIR] [--x KEY] [--curves KEY ...]
     tx convert --hf DIR --workdir OUT [--experiment NAME] [--set key=value ...]
     tx bench [--only PATTERN ...] [--quick] [--no-peers] [--threads N] [--json FILE]
-             [--ablate-attention] [--rounds N] [--platform cpu|gpu] [--peer-compile]
-             [--tune] [--profile]
+             [--ablate-attention] [--rounds N] [--order alternate|tx-first]
+             [--platform cpu|gpu] [--peer-compile] [--tune] [--profile]
     tx tune EXPERIMENT [--set ...] [--candidates NAME ...] [--rounds N] [--force]
     tx profile EXPERIMENT [--set ...] [--calls N] [--top N] [--no-tune] [--json FILE]
     tx plan EXPERIMENT --mesh data=D,fsdp=F,tensor=T [--set ...] [--device-memory 80GB] [--json FILE]
@@ -244,6 +244,9 @@ def _bench_parser(sub) -> None:
   b.add_argument('--rounds', type=int, default=1,
                  help='measure each training / decoding case N times, tx and the peer in '
                       'turn: medians, and the spread of the paired ratios')
+  b.add_argument('--order', choices=('alternate', 'tx-first'), default='alternate',
+                 help='which side runs first in each round: alternate (tx, peer, peer, tx, '
+                      '...; the report splits the ratio by it) or tx-first in every round')
   b.add_argument('--profile', action='store_true',
                  help="instead of the measurements: each training case's step profiled, tx's "
                       "and the peer's, in ms per step by category (GEMMs, attention, norms, "

@@ -8,6 +8,7 @@ import pytest
 
 from tx import cli
 from tx.bench import cases, report, suite, torch_peers, tuned, tx_side, worker
+from tx.compare import stats
 from tx.config.base import ConfigError
 from tx.timing import calls_per_sample, process_usage, sample_seconds, usage_per_step
 
@@ -149,8 +150,9 @@ def test_bench_user_errors_are_one_line(argv, says, capsys):
 
 
 def test_rounds_alternate_the_sides_and_report_each_sides_median_run(monkeypatch):
-  """--rounds N: tx, peer, tx, peer ... per measurement; each side's median run is the one
-  reported, every round's number is kept, and the paired ratios give the spread."""
+  """--rounds N --order tx-first: tx, peer, tx, peer ... per measurement; each side's median
+  run is the one reported, every round's number is kept, and the paired ratios give the
+  spread."""
   calls, tokens = [], {'tx': iter([300.0, 100.0, 200.0, 90.0, 30.0, 60.0]),
                        'peer': iter([100.0, 100.0, 160.0, 40.0, 20.0, 25.0])}
 
@@ -164,7 +166,8 @@ def test_rounds_alternate_the_sides_and_report_each_sides_median_run(monkeypatch
   monkeypatch.setattr(suite, 'run_isolated', fake_run)
   case = cases.Case('gpt_6l', dict(cases.QUICK[1].spec, batch=4), kinds=('train', 'decode'),
                     decode_batches=(1,))
-  got = suite._measure_case(case, peers=True, threads=2, say=lambda m: None, rounds=3)
+  got = suite._measure_case(case, peers=True, threads=2, say=lambda m: None, rounds=3,
+                            order='tx-first')
   assert [c[0] for c in calls] == ['tx', 'peer'] * 6  # side by side, round after round
   assert [c[1] for c in calls[:6]] == ['train', 'gpt2_train'] * 3
   assert got['tx_train_rounds'] == [300.0, 100.0, 200.0]
@@ -197,6 +200,84 @@ def test_rounds_alternate_the_sides_and_report_each_sides_median_run(monkeypatch
           '1.55x (95 % interval 0.37-6.57x)') in text
   assert ('decoder train tokens/s >= 1.5x peer (6L): 2.00 (>= 1.5, held in 1 of 3 rounds; '
           'geometric mean 1.55x (95 % interval 0.37-6.57x, either side of 1.5))') in text
+
+
+def test_the_default_order_puts_each_side_first_in_every_second_round(monkeypatch):
+  """--rounds N (order 'alternate'): tx, peer, peer, tx, tx, peer ..., each round's pair kept
+  together, which side ran first recorded, and the ratio's geometric mean given apart for
+  the rounds each side ran first (an order effect shows as two different means)."""
+  calls, tokens = [], {'tx': iter([100.0, 120.0, 110.0, 130.0]),
+                       'peer': iter([100.0, 100.0, 100.0, 100.0])}
+
+  def fake_run(target, spec, *, threads, platform):
+    side = 'tx' if target.startswith(suite.TX) else 'peer'
+    calls.append(side)
+    value = next(tokens[side])
+    return {'tokens_per_s': value, 'step_time_s': 1 / value}
+
+  monkeypatch.setattr(suite, 'run_isolated', fake_run)
+  case = cases.Case('bert_6l', dict(cases.QUICK[1].spec, family='encoder'), kinds=('train',))
+  got = suite._measure_case(case, peers=True, threads=2, say=lambda m: None, rounds=4)
+  assert calls == ['tx', 'peer', 'peer', 'tx', 'tx', 'peer', 'peer', 'tx']
+  assert got['train_first_rounds'] == ['tx', 'peer', 'tx', 'peer']
+  assert got['tx_train_rounds'] == [100.0, 120.0, 110.0, 130.0]
+  assert [suite.first_side(i, 'tx-first') for i in range(3)] == ['tx'] * 3
+  with pytest.raises(ValueError, match='one of alternate, tx-first'):
+    suite.first_side(0, 'peer-first')
+  train = {'flops_per_step': 1.0, 'peak_rss_bytes': 1.0, 'compile_s': 1.0, 'first_step_s': 1.0}
+  doc = {'ceiling': {'float32': 1e12, 'bfloat16': 1e12}, 'rounds': 4, 'order': 'alternate',
+         'cases': {'bert_6l': dict(got, tx_train=dict(got['tx_train'], **train),
+                                   peer_train=dict(got['peer_train'], **train))}}
+  doc['rows'] = report.rows(doc)
+  row = next(r for r in doc['rows'] if r['metric'] == 'train tokens/s')
+  assert row['first_rounds'] == ['tx', 'peer', 'tx', 'peer']
+  for side, ratios in (('tx', [1.0, 1.1]), ('peer', [1.2, 1.3])):
+    want = stats.ratio_interval(ratios)
+    assert row['order_intervals'][side] == pytest.approx([want.diff, want.low, want.high])
+  line = next(l for l in report.rounds_lines(doc) if l.startswith('bert_6l train tokens/s'))
+  assert 'tx first 1.05x (95 % interval' in line and 'peer first 1.25x (95 % interval' in line
+  doc['targets'] = report.targets(doc)
+  text = report.table(dict(doc, machine={'processor': 'cpu', 'platform': 'x', 'cpu_count': 2,
+                                         'threads': 2, 'jax': '0'}))
+  assert 'Over 4 rounds, tx and the peer in turn, each first in every second round' in text
+  # a side that ran first in one round only: no interval of its own
+  assert 'order_intervals' not in report._intervals([1.0, 1.1, 1.2], ['tx', 'tx', 'peer'])
+
+
+def test_pooled_rounds_split_by_the_side_that_ran_first(tmp_path, capsys):
+  """benchmarks/pooled_ratio.py --by-order: runs that recorded no order ran tx first."""
+  import importlib.util  # pylint: disable=g-import-not-at-top
+  path = os.path.join(os.path.dirname(__file__), '..', '..', 'benchmarks', 'pooled_ratio.py')
+  module_spec = importlib.util.spec_from_file_location('pooled_ratio', path)
+  pooled_ratio = importlib.util.module_from_spec(module_spec)
+  module_spec.loader.exec_module(pooled_ratio)
+  row = {'case': 'bert_6l', 'metric': 'train tokens/s', 'ratio_rounds': [0.9, 1.0, 0.8, 1.1]}
+  new = {'rows': [dict(row, first_rounds=['tx', 'peer', 'tx', 'peer'])],
+         'cases': {'bert_6l': {'spec': {}}}}
+  old = {'rows': [dict(row, ratio_rounds=[0.7, 0.75])], 'cases': {'bert_6l': {'spec': {}}}}
+  sweep = {'case': 'bert_6l', 'tx': {}, 'runs': {'1024': [
+      {'tx': {'tokens_per_s': 2.0}, 'peer': {'tokens_per_s': 1.0}, 'first': 'peer'}]}}
+  files = []
+  for name, doc in (('new', new), ('old', old), ('sweep', sweep)):
+    files.append(str(tmp_path / f'{name}.json'))
+    with open(files[-1], 'w', encoding='utf-8') as f:
+      json.dump(doc, f)
+  split = pooled_ratio.pooled(files, by_order=True)
+  assert split['bert_6l', 'train tokens/s', 'defaults, tx first']['ratios'] == [0.9, 0.8, 0.7,
+                                                                                 0.75]
+  assert split['bert_6l', 'train tokens/s', 'defaults, peer first']['ratios'] == [1.0, 1.1]
+  assert split['bert_6l d1024', 'train tokens/s', 'defaults, peer first']['ratios'] == [2.0]
+  together = pooled_ratio.pooled(files)
+  assert together['bert_6l', 'train tokens/s', 'defaults']['ratios'] == [0.9, 1.0, 0.8, 1.1,
+                                                                         0.7, 0.75]
+  assert pooled_ratio.main(files[:2] + ['--by-order', '--case', 'bert_6l']) == 0
+  printed = capsys.readouterr().out
+  assert '[defaults, tx first]: 4 rounds from 2 runs' in printed
+  assert '[defaults, peer first]: 2 rounds from 1 run,' in printed
+  # over two runs or more, the runs as the draws too: each run's geometric mean
+  runs = stats.ratio_interval([(0.9 * 0.8) ** 0.5, (0.7 * 0.75) ** 0.5])
+  assert (f'; runs as draws {runs.diff:.3f}x, 95 % interval {runs.low:.3f}-{runs.high:.3f}x'
+          in printed.splitlines()[1])
 
 
 def test_a_targets_interval_says_which_side_of_its_bound_it_lies():

@@ -82,16 +82,18 @@ def rows(doc: dict) -> list[dict]:
   def add(case, metric, tx, peer=None, ratio='auto', rounds=None):
     r = _ratio(tx, peer) if ratio == 'auto' else ratio
     out.append({'case': case, 'metric': metric, 'tx': tx, 'peer': peer, 'ratio': r})
-    if rounds and rounds[0]:  # (tx's value per round, the peer's or None), in the order run
+    if rounds and rounds[0]:  # (tx's value per round, the peer's or None, which side ran
+      # first per round or None), in the order run
       out[-1].update(tx_rounds=rounds[0], peer_rounds=rounds[1])
       if rounds[1] and len(rounds[1]) == len(rounds[0]):
-        paired = out[-1]['ratio_rounds'] = [a / b for a, b in zip(*rounds)]
-        interval = stats.ratio_interval(paired) if all(x > 0 for x in paired) else None
-        if interval:  # the rounds' geometric mean ratio, with its 95 % t-interval
-          out[-1]['ratio_interval'] = [interval.diff, interval.low, interval.high]
+        paired = out[-1]['ratio_rounds'] = [a / b for a, b in zip(rounds[0], rounds[1])]
+        if rounds[2]:
+          out[-1]['first_rounds'] = rounds[2]
+        if all(x > 0 for x in paired):
+          out[-1].update(_intervals(paired, rounds[2]))
 
   def measured(c, key):
-    return c.get(f'tx_{key}_rounds'), c.get(f'peer_{key}_rounds')
+    return c.get(f'tx_{key}_rounds'), c.get(f'peer_{key}_rounds'), c.get(f'{key}_first_rounds')
 
   for name, c in doc['cases'].items():
     if 'error' in c:
@@ -146,6 +148,24 @@ def rows(doc: dict) -> list[dict]:
       add(name, 'compile s', seconds, None, ratio=None)
       if name != 'compile_2l' and compile_2l:
         add(name, 'compile s / 2-layer', seconds / compile_2l, None, ratio=None)
+  return out
+
+
+def _intervals(paired: list[float], first: list[str] | None) -> dict:
+  """A row's 'ratio_interval' ([geometric mean, low, high] of the paired rounds' tx / peer,
+  a 95 % t-interval) and, where the rounds record which side ran first and each side did so
+  in two rounds or more, 'order_intervals': {'tx': [...], 'peer': [...]}, the same over the
+  rounds that side ran first. Apart, they show an order effect: a second process of a pair
+  that runs faster (or slower) for being second."""
+  out = {}
+  interval = stats.ratio_interval(paired)
+  if interval:
+    out['ratio_interval'] = [interval.diff, interval.low, interval.high]
+  if first and len(first) == len(paired):
+    by = {side: stats.ratio_interval([r for r, f in zip(paired, first) if f == side])
+          for side in ('tx', 'peer')}
+    if all(by.values()):
+      out['order_intervals'] = {side: [i.diff, i.low, i.high] for side, i in by.items()}
   return out
 
 
@@ -264,6 +284,9 @@ def rounds_lines(doc: dict) -> list[str]:
       parts.append(f'tx/peer {span(r["ratio_rounds"], lambda x: f"{x:.2f}")}x')
     if r.get('ratio_interval'):
       parts.append(f'geometric mean {_interval(r["ratio_interval"])}')
+    if r.get('order_intervals'):
+      parts.append('; '.join(f'{side} first {_interval(i)}'
+                             for side, i in r['order_intervals'].items()))
     lines.append(f'{r["case"]} {r["metric"]}: ' + ', '.join(parts))
   return lines
 
@@ -425,8 +448,11 @@ def table(doc: dict) -> str:
         f'  {t}' for t in tuned]
   spread = rounds_lines(doc)
   if spread:
-    lines += ['', f'Over {doc.get("rounds") or "several"} rounds, tx and the peer in turn (the '
-              'rows above give each side\'s median run), lowest-highest:'] + [
+    turn = {'alternate': 'tx and the peer in turn, each first in every second round',
+            'tx-first': 'tx then the peer'}.get(doc.get('order'), 'tx then the peer')  # older
+    # runs recorded no order: they ran tx first in every round
+    lines += ['', f'Over {doc.get("rounds") or "several"} rounds, {turn} (the rows above give '
+              'each side\'s median run), lowest-highest:'] + [
                   f'  {s}' for s in spread]
   gemms = gemm_lines(doc)
   if gemms:

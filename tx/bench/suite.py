@@ -18,7 +18,11 @@ alike), one after the other, so ratios are taken side by side on the same machin
 These hosts are noisy (a minute of a neighbour's load moves one process's number by a
 third): with `--rounds N` each training and decoding measurement is taken N times, tx and
 the peer in turn, and the report gives each side's median and the range of the N paired
-ratios, and counts the rounds in which each target held.
+ratios, and counts the rounds in which each target held. By default the order alternates
+round by round (tx first, then the peer first: tx, peer, peer, tx, ...), so that whatever
+favours the first or the second process of a pair falls on both sides alike; the report gives
+the geometric mean of the rounds each side ran first, apart, so an order effect shows
+(`--order tx-first`: tx first in every round, as runs before the option did).
 The float32 and bf16 matmul ceilings are measured at the start and at the end (and torch's,
 once, when peers run: `report.ceiling_arithmetic` says whether 1.5x the peer is within
 reach of the two GEMM ceilings); MFU divides
@@ -88,30 +92,55 @@ def _median_run(runs: list[dict], metric: str) -> dict:
   return ordered[(len(ordered) - 1) // 2]
 
 
-def _rounds(out: dict, key: str, runs: dict[str, list[dict]], metric: str) -> None:
+def _rounds(out: dict, key: str, runs: dict[str, list], metric: str) -> None:
   """Stores each side's median run under f'{side}_{key}' and, for more than one round, the
-  metric of every round, in the order run, under f'{side}_{key}_rounds'."""
+  metric of every round, in the order run, under f'{side}_{key}_rounds', and which side ran
+  first in each round under f'{key}_first_rounds'."""
   for side, side_runs in runs.items():
+    if side == 'first':
+      if len(side_runs) > 1:
+        out[f'{key}_first_rounds'] = side_runs
+      continue
     out[f'{side}_{key}'] = _median_run(side_runs, metric)
     if len(side_runs) > 1:
       out[f'{side}_{key}_rounds'] = [r[metric] for r in side_runs]
 
 
+ORDERS = ('alternate', 'tx-first')
+
+
+def first_side(round_index: int, order: str = 'alternate') -> str:
+  """Which side runs first in round `round_index` (from 0): 'tx' in every round with
+  'tx-first'; with 'alternate' 'tx' in even rounds and 'peer' in odd ones, so the sequence
+  of processes reads tx, peer, peer, tx, tx, peer ... and a drift or an advantage of running
+  second in a pair weighs on both sides alike."""
+  if order not in ORDERS:
+    raise ValueError(f'order {order!r}: one of {", ".join(ORDERS)}')
+  return 'peer' if order == 'alternate' and round_index % 2 else 'tx'
+
+
 def _side_by_side(tx_target: str, peer_target: str | None, spec: dict, *, threads: int,
                   rounds: int, say, label: str, metric: str, platform: str = 'cpu',
                   peer_extra: dict | None = None, tx_spec: dict | None = None,
-                  tx_env: dict | None = None) -> dict[str, list[dict]]:
-  """`rounds` rounds of tx then the peer (each in its own process): {side: [run per round]};
-  `peer_extra` entries go into the peer's spec only (e.g. torch_compile); `tx_spec` (default
-  `spec`) and `tx_env` (environment entries, e.g. XLA_FLAGS) are tx's side's only.
+                  tx_env: dict | None = None, order: str = 'alternate') -> dict[str, list]:
+  """`rounds` rounds of tx and the peer (each in its own process), the side to go first in
+  each round by `order` (`first_side`): {side: [run per round]} and, with a peer, 'first':
+  [the side that ran first, per round]. `peer_extra` entries go into the peer's spec only
+  (e.g. torch_compile); `tx_spec` (default `spec`) and `tx_env` (environment entries, e.g.
+  XLA_FLAGS) are tx's side's only.
 
-  Alternating the two sides round by round puts each pair of measurements side by side in
+  Measuring the two sides round by round puts each pair of measurements side by side in
   time, so a noisy minute on the host moves both of a pair rather than one side's number."""
-  runs = {'tx': []} | ({'peer': []} if peer_target else {})
+  runs = {'tx': []} | ({'peer': [], 'first': []} if peer_target else {})
+  sides = {'tx': (tx_target, tx_spec or spec),
+           'peer': (peer_target, {**spec, **(peer_extra or {})})}
   for i in range(rounds):
     tag = f' (round {i + 1}/{rounds})' if rounds > 1 else ''
-    for side, target, s in (('tx', tx_target, tx_spec or spec),
-                            ('peer', peer_target, {**spec, **(peer_extra or {})})):
+    first = first_side(i, order) if peer_target else 'tx'
+    if peer_target:
+      runs['first'].append(first)
+    for side in (first, 'peer' if first == 'tx' else 'tx'):
+      target, s = sides[side]
       if target:
         env = {'env': tx_env} if side == 'tx' and tx_env else {}
         runs[side].append(run_isolated(target, s, threads=threads, platform=platform, **env))
@@ -177,7 +206,8 @@ def _categories(profiled: dict) -> str:
 
 def _measure_case(case, *, peers: bool, threads: int, say, ablate: bool = False,
                   rounds: int = 1, platform: str = 'cpu', peer_compile: bool = False,
-                  tune: bool = False, bf16_host: bool | None = None) -> dict:
+                  tune: bool = False, bf16_host: bool | None = None,
+                  order: str = 'alternate') -> dict:
   """One case's measurements: {'spec', 'note', 'tx_train', 'peer_train', ...}; with `tune`,
   tx's training runs take `tx tune`'s choice for the step (recorded under 'tuned').
   bf16_host False (a CPU without avx512_bf16 / AMX): a bf16 case measures tx only
@@ -215,20 +245,21 @@ def _measure_case(case, *, peers: bool, threads: int, say, ablate: bool = False,
       measured = _side_by_side(f'{TX}:train', peer, s, threads=threads, rounds=rounds,
                                say=say, label=label, metric='tokens_per_s', platform=platform,
                                peer_extra={'torch_compile': True} if peer_compile else None,
-                               tx_spec={**s, **tuned_settings}, tx_env=tx_env)
+                               tx_spec={**s, **tuned_settings}, tx_env=tx_env, order=order)
       _rounds(out, f'train{suffix}', measured, 'tokens_per_s')
   for batch in case.decode_batches:
     peer = f'{PEERS}:{cases_lib.PEER_DECODE[family]}' if with_peer else None
     measured = _side_by_side(f'{TX}:decode', peer, dict(spec, batch=batch), threads=threads,
                              rounds=rounds, say=say, label=f'{case.name} decode batch {batch}',
-                             metric='new_tokens_per_s', platform=platform)
+                             metric='new_tokens_per_s', platform=platform, order=order)
     _rounds(out, f'decode_b{batch}', measured, 'new_tokens_per_s')
   return out
 
 
 def run(cases, *, peers: bool = True, threads: int = 2, say=print, ceiling_n: int = 2048,
         ablate_attention: bool = False, rounds: int = 1, platform: str = 'cpu',
-        peer_compile: bool = False, tune: bool = False, on_case=None) -> dict:
+        peer_compile: bool = False, tune: bool = False, on_case=None,
+        order: str = 'alternate') -> dict:
   """Measures every case; returns the JSON document (machine with its host, ceilings, cases,
   targets, `gemms`: the decoder and encoder training steps' products timed alone by XLA and
   by torch, labelled 'case: product', `step_gemms`: {case: [[product, m, k, n, times per
@@ -237,7 +268,8 @@ def run(cases, *, peers: bool = True, threads: int = 2, say=print, ceiling_n: in
   causal, layers]}). ablate_attention: each decoder and encoder case also trains with its
   attention replaced by a stand-in on both sides (cases' tx_train_ablated,
   peer_train_ablated): what attention costs inside each framework's step. rounds > 1:
-  every training and decoding measurement runs that many times, tx and the peer in turn;
+  every training and decoding measurement runs that many times, tx and the peer in turn,
+  which of them first by `order` (`first_side`; recorded per round, '*_first_rounds');
   each side's median run is reported, and every round's tokens/s is kept (`*_rounds`) for
   the spread of the ratio (`report.rounds_lines`). platform 'gpu': every measurement on the
   first GPU, without the products and attention timed alone (CPU diagnoses). peer_compile:
@@ -278,19 +310,19 @@ def run(cases, *, peers: bool = True, threads: int = 2, say=print, ceiling_n: in
       results[case.name] = _measure_case(case, peers=peers, threads=threads, say=say,
                                          ablate=ablate_attention, rounds=rounds,
                                          platform=platform, peer_compile=peer_compile,
-                                         tune=tune, bf16_host=bf16_host)
+                                         tune=tune, bf16_host=bf16_host, order=order)
     except BenchError as e:
       say(f'{case.name}: FAILED: {e}')
       results[case.name] = {'spec': case.spec, 'error': str(e)}
     if on_case:
       on_case({'machine': info, 'ceilings': ceilings, 'cases': results, 'rounds': rounds,
-               'partial': True, 'wall_s': time.time() - start})
+               'order': order, 'partial': True, 'wall_s': time.time() - start})
   ceilings.append(run_isolated(f'{TX}:ceiling', ceiling_spec, threads=threads,
                                platform=platform))
   ceilings[-1].pop('device', None)
   ceiling = {d: max(c[f'{d}_flops'] for c in ceilings) for d in ('float32', 'bfloat16')}
   doc = {'machine': info, 'ceilings': ceilings, 'ceiling': ceiling,
-         'cases': results, 'rounds': rounds, 'wall_s': time.time() - start}
+         'cases': results, 'rounds': rounds, 'order': order, 'wall_s': time.time() - start}
   if peers and any(c.peer for c in cases):
     dtypes = ('float32',) if bf16_host is False else ('float32', 'bfloat16')
     peer = run_isolated(f'{PEERS}:ceiling', dict(ceiling_spec, **parts, dtypes=dtypes),
@@ -369,7 +401,7 @@ def cli(args) -> int:
   doc = run(chosen, peers=peers, threads=args.threads, say=say,
             ceiling_n=(1024 if args.quick else 8192) if gpu else 512 if args.quick else 2048,
             ablate_attention=args.ablate_attention, rounds=args.rounds, platform=args.platform,
-            peer_compile=args.peer_compile, tune=args.tune,
+            peer_compile=args.peer_compile, tune=args.tune, order=args.order,
             on_case=lambda partial: _write_json(args.json, partial))
   print(report.table(doc))
   _write_json(args.json, doc)
