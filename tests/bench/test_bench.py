@@ -384,6 +384,12 @@ def test_attention_timed_alone_is_set_against_the_step_gap():
   line = [l for l in report.ceiling_arithmetic(doc) if 'self-attention' in l][0]
   assert "tx's 60.0 ms faster, so the 500.0 ms by which its step is slower lies elsewhere" in line
   doc['attention']['peer']['gpt_6l']['float32'] = 0.02
+  doc['cases']['gpt_6l']['tuned'] = {'model_overrides': {'attention_impl': 'torch'}}
+  line = [l for l in report.ceiling_arithmetic(doc) if 'self-attention' in l][0]
+  # a step that runs torch's kernel is not set against tx's XLA path
+  assert "tx's step runs torch's kernel, 120.0 ms alone as in the peer" in line, line
+  assert 'of the 500.0 ms' not in line and "(tx's XLA path: 300.0 ms)" in line
+  del doc['cases']['gpt_6l']['tuned']
   table = report.attention_lines(doc)  # bf16 has no peer time: tx's alone
   assert table == ['gpt_6l: float32 50.0 / 20.0 (2.50x the time), bfloat16 40.0']
   assert 'Self-attention of one layer' in report.table(doc)

@@ -250,7 +250,13 @@ def ceiling_arithmetic(doc: dict) -> list[str]:
     gap = txt['step_time_s'] - peer['step_time_s']
     attention = step_attention_seconds(doc, c.get('spec', {}).get('float32_case') or case,
                                        dtype)
-    if attention is not None:
+    if attention is not None and runs_torch_attention(c):  # the peer's kernel on both sides
+      ours, theirs = attention
+      lines.append(f'{case} ({dtype}): its self-attention alone, forward and backward of '
+                   f'every layer: tx\'s step runs torch\'s kernel, {_secs(theirs)} alone as in '
+                   f'the peer (tx\'s XLA path: {_secs(ours)}), so the kernel explains none of '
+                   f'the gap; handing it XLA\'s buffers can')
+    elif attention is not None:
       ours, theirs = attention
       lines.append(f'{case} ({dtype}): its self-attention alone, forward and backward of '
                    f'every layer: {_secs(ours)} in tx against {_secs(theirs)} in torch '
@@ -341,8 +347,18 @@ _TORCH_GEMM_NOTE = " (tx's step runs torch's GEMM)"
 def runs_torch_gemm(case_doc: dict) -> bool:
   """Whether tx's training step in this case ran its dense products in torch's GEMM: the
   case's spec or `tx tune`'s choice (under 'tuned') set model.matmul_impl=torch."""
+  return _runs_torch(case_doc, 'matmul_impl')
+
+
+def runs_torch_attention(case_doc: dict) -> bool:
+  """Whether tx's training step in this case ran torch's attention kernel: the case's spec
+  or `tx tune`'s choice set model.attention_impl=torch."""
+  return _runs_torch(case_doc, 'attention_impl')
+
+
+def _runs_torch(case_doc: dict, key: str) -> bool:
   tuned = (case_doc.get('tuned') or {}).get('model_overrides') or {}
-  return 'torch' in (case_doc.get('spec', {}).get('matmul_impl'), tuned.get('matmul_impl'))
+  return 'torch' in (case_doc.get('spec', {}).get(key), tuned.get(key))
 
 
 def step_gemm_seconds(doc: dict, case: str, dtype: str, side: str = 'tx'):
