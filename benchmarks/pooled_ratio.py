@@ -16,12 +16,15 @@ runs or more, the same with the runs as the draws (each run's geometric mean: th
 one session share its host's speed, so this wider interval is the cautious one), and, with
 `--bound`, whether the interval lies all above, all below, or either side of it. With
 `--by-order`, each group is split by the side that ran first in its rounds (recorded since
-`tx bench --order`; older runs ran tx first in every round), which shows an order effect.
+`tx bench --order`; older runs ran tx first in every round), and the ratio of the two
+groups' geometric means is printed with its Welch interval: an order effect where it
+excludes 1.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -121,7 +124,20 @@ def main(argv=None) -> int:
     if by_run and runs > 1:
       line += f'; runs as draws {_interval(by_run, args.bound)}'
     print(line)
+  for (case, metric, setting), group in shown.items():  # --by-order: each pair of groups
+    other = (case, metric, setting.replace(', tx first', ', peer first'))
+    if setting.endswith(', tx first') and other in shown:
+      logs = [[math.log(r) for r in g['ratios']] for g in (group, shown[other])]
+      effect = stats.welch_interval(*logs)
+      if effect:
+        print(f'{case} {metric} [{setting[:-len(", tx first")]}]: order effect (tx first / '
+              f'peer first) {_interval(_exp(effect), 1.0)} (Welch, on the logs)')
   return 0
+
+
+def _exp(interval):
+  return dataclasses.replace(interval, diff=math.exp(interval.diff), low=math.exp(interval.low),
+                             high=math.exp(interval.high))
 
 
 def geometric_mean(ratios: list[float]) -> float:

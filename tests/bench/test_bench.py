@@ -236,6 +236,11 @@ def test_the_default_order_puts_each_side_first_in_every_second_round(monkeypatc
     assert row['order_intervals'][side] == pytest.approx([want.diff, want.low, want.high])
   line = next(l for l in report.rounds_lines(doc) if l.startswith('bert_6l train tokens/s'))
   assert 'tx first 1.05x (95 % interval' in line and 'peer first 1.25x (95 % interval' in line
+  # the order effect: the two geometric means' ratio, sqrt(1.1) / sqrt(1.56), with the Welch
+  # interval of the logs (scipy's ttest_ind(equal_var=False) on them: -0.4503 to 0.1009)
+  assert row['order_effect'] == pytest.approx([0.83972, 0.63746, 1.10615], rel=1e-4)
+  assert ('order effect (tx first / peer first) 0.84x (95 % interval 0.64-1.11x, either side '
+          'of 1.0)') in line
   doc['targets'] = report.targets(doc)
   text = report.table(dict(doc, machine={'processor': 'cpu', 'platform': 'x', 'cpu_count': 2,
                                          'threads': 2, 'jax': '0'}))
@@ -274,6 +279,10 @@ def test_pooled_rounds_split_by_the_side_that_ran_first(tmp_path, capsys):
   printed = capsys.readouterr().out
   assert '[defaults, tx first]: 4 rounds from 2 runs' in printed
   assert '[defaults, peer first]: 2 rounds from 1 run,' in printed
+  # the two groups' geometric means' ratio with its Welch interval (scipy's ttest_ind on the
+  # logs, equal_var=False: 0.7476, 0.6028-0.9273): an order effect where it excludes 1
+  assert ('bert_6l train tokens/s [defaults]: order effect (tx first / peer first) 0.748x, '
+          '95 % interval 0.603-0.927x (all below 1.0)') in printed
   # over two runs or more, the runs as the draws too: each run's geometric mean
   runs = stats.ratio_interval([(0.9 * 0.8) ** 0.5, (0.7 * 0.75) ** 0.5])
   assert (f'; runs as draws {runs.diff:.3f}x, 95 % interval {runs.low:.3f}-{runs.high:.3f}x'

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from tx.bench import host
 from tx.compare import stats
 
@@ -155,17 +157,22 @@ def _intervals(paired: list[float], first: list[str] | None) -> dict:
   """A row's 'ratio_interval' ([geometric mean, low, high] of the paired rounds' tx / peer,
   a 95 % t-interval) and, where the rounds record which side ran first and each side did so
   in two rounds or more, 'order_intervals': {'tx': [...], 'peer': [...]}, the same over the
-  rounds that side ran first. Apart, they show an order effect: a second process of a pair
-  that runs faster (or slower) for being second."""
+  rounds that side ran first, and 'order_effect': [the ratio of the two geometric means, tx
+  first over peer first, with its Welch interval on the logs]. An effect whose interval
+  excludes 1 is an order effect: a second process of a pair that runs faster (or slower)
+  for being second."""
   out = {}
   interval = stats.ratio_interval(paired)
   if interval:
     out['ratio_interval'] = [interval.diff, interval.low, interval.high]
   if first and len(first) == len(paired):
-    by = {side: stats.ratio_interval([r for r, f in zip(paired, first) if f == side])
-          for side in ('tx', 'peer')}
+    logs = {side: [math.log(r) for r, f in zip(paired, first) if f == side]
+            for side in ('tx', 'peer')}
+    by = {side: stats.ratio_interval([math.exp(x) for x in xs]) for side, xs in logs.items()}
     if all(by.values()):
       out['order_intervals'] = {side: [i.diff, i.low, i.high] for side, i in by.items()}
+      effect = stats.welch_interval(logs['tx'], logs['peer'])
+      out['order_effect'] = [math.exp(x) for x in (effect.diff, effect.low, effect.high)]
   return out
 
 
@@ -293,6 +300,7 @@ def rounds_lines(doc: dict) -> list[str]:
     if r.get('order_intervals'):
       parts.append('; '.join(f'{side} first {_interval(i)}'
                              for side, i in r['order_intervals'].items()))
+      parts.append(f'order effect (tx first / peer first) {_interval(r["order_effect"], 1.0)}')
     lines.append(f'{r["case"]} {r["metric"]}: ' + ', '.join(parts))
   return lines
 
