@@ -136,11 +136,13 @@ def main(argv=None) -> int:
 
 
 def _exp(interval):
+  """An interval on the logs as ratios."""
   return dataclasses.replace(interval, diff=math.exp(interval.diff), low=math.exp(interval.low),
                              high=math.exp(interval.high))
 
 
 def geometric_mean(ratios: list[float]) -> float:
+  """exp(mean(log r)) of positive ratios [n] (one run's rounds): a scalar."""
   return math.exp(sum(math.log(r) for r in ratios) / len(ratios))
 
 
