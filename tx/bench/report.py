@@ -198,6 +198,11 @@ def targets(doc: dict) -> list[dict]:
     paired = r.get('ratio_rounds') if r is not None and r['ratio'] is not None else None
     if (label, case, metric, kind, bound) in BF16_TARGETS and not bf16_host:
       row.update(met=None, note=NO_BF16)
+    elif metric == 'bf16 / float32 tokens/s' and met is False:
+      own = own_float32_arithmetic(doc, case)
+      if own and own['need'] > 1.0:  # the miss explained: no tuning can meet it on this host
+        row['note'] = (f"ruled out by the ceilings: {own['need']:.0%} of {own['gemm']}'s "
+                       'bf16 ceiling needed')
     elif paired:  # the same bound on each round's own tx / peer ratio
       row.update(rounds=len(paired), rounds_met=sum(
           (x >= bound if kind == 'min' else x <= bound) for x in paired))
@@ -205,6 +210,36 @@ def targets(doc: dict) -> list[dict]:
         row['interval'] = r['ratio_interval']
     out.append(row)
   return out
+
+
+def own_float32_arithmetic(doc: dict, case: str) -> dict | None:
+  """Whether a bf16 case's 1.5x over tx's own float32 step (its spec's float32_case) fits
+  under the faster bf16 GEMM tx can run (XLA's dot, or torch's via model.matmul_impl=torch):
+  {'rate': tx's float32 FLOP/s, 'gemm': 'XLA' or 'torch', 'ceiling': that bf16 ceiling,
+  'float32_ceiling': XLA's float32 one, 'need': 1.5 * rate / ceiling}; None where either
+  step or the bf16 ceilings were not measured. On a CPU whose bf16 products run no faster
+  than float32 ones (avx512_bf16 without AMX), the need exceeds 100 %: ruled out."""
+  c = doc['cases'].get(case) or {}
+  base = doc['cases'].get(c.get('spec', {}).get('float32_case') or '') or {}
+  txt, base_txt = c.get('tx_train'), base.get('tx_train')
+  ceilings = {'XLA': doc['ceiling'].get('bfloat16'),
+              'torch': (doc.get('peer_ceiling') or {}).get('bfloat16')}
+  ceilings = {k: v for k, v in ceilings.items() if v}
+  if not (txt and base_txt and ceilings):
+    return None
+  gemm = max(ceilings, key=ceilings.get)
+  rate = base_txt['flops_per_step'] / base_txt['step_time_s']
+  return {'rate': rate, 'gemm': gemm, 'ceiling': ceilings[gemm],
+          'float32_ceiling': doc['ceiling']['float32'], 'need': 1.5 * rate / ceilings[gemm]}
+
+
+def _own_float32_line(case: str, a: dict) -> str:
+  verdict = 'under the ceiling' if a['need'] <= 1.0 else 'ruled out by the ceilings'
+  return (f"{case} (bfloat16 over tx's float32): tx's float32 step trains at "
+          f"{a['rate'] / 1e9:.0f} GFLOP/s; the faster bf16 GEMM, {a['gemm']}'s, peaks at "
+          f"{a['ceiling'] / 1e9:.0f} GFLOP/s ({a['ceiling'] / a['float32_ceiling']:.2f}x "
+          f"XLA's float32 ceiling), so 1.5x tx's float32 needs {a['need']:.0%} of it: "
+          f"{verdict}")
 
 
 def ceiling_arithmetic(doc: dict) -> list[str]:
@@ -218,12 +253,11 @@ def ceiling_arithmetic(doc: dict) -> list[str]:
   self-attention was timed alone on both sides (`step_attention`), a third: that time over
   all layers in each framework, against the gap between the two steps. Where both sides also
   trained with attention stubbed out (`tx_train_ablated`, `peer_train_ablated`), a fourth:
-  what attention costs inside each step, against the same gap."""
+  what attention costs inside each step, against the same gap. Last, per bf16 case, whether
+  1.5x tx's own float32 step fits under the bf16 ceilings (`own_float32_arithmetic`)."""
   peer_ceiling = doc.get('peer_ceiling')
-  if not peer_ceiling:
-    return []
   lines = []
-  for case, c in doc['cases'].items():
+  for case, c in doc['cases'].items() if peer_ceiling else ():
     txt, peer = c.get('tx_train'), c.get('peer_train')
     if not (txt and peer):
       continue
@@ -279,6 +313,10 @@ def ceiling_arithmetic(doc: dict) -> list[str]:
                    f'{_secs(theirs)} of torch\'s: {share}; without it, tx trains at '
                    f'{peer_ablated["step_time_s"] / ablated["step_time_s"]:.2f}x the peer\'s '
                    'speed')
+  for case in doc['cases']:
+    own = own_float32_arithmetic(doc, case)
+    if own:
+      lines.append(_own_float32_line(case, own))
   return lines
 
 
