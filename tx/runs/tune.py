@@ -598,6 +598,7 @@ def cli(args, resolve) -> int:
       raise UserError(f'--candidates: unknown {", ".join(unknown)}; known: {", ".join(known)}')
     candidates = {c: known[c] for c in args.candidates}
   say = lambda m: print(m, file=sys.stderr, flush=True)
+  _say_bf16_hint(cfg, say)
   entry = tune(cfg, candidates=candidates, steps=args.steps, warmup=args.warmup,
                rounds=args.rounds, margin=args.margin, force=args.force, say=say)
   print(json.dumps({k: entry.get(k) for k in ('choice', 'xla_flags', 'model_overrides',
@@ -605,3 +606,16 @@ def cli(args, resolve) -> int:
                                                 'runoff', 'failed')},
                    indent=1))
   return 0
+
+
+def _say_bf16_hint(cfg, say) -> None:
+  """Before a bf16 step is measured (the longest tune): `bf16_hint`'s line where this CPU's
+  bf16 GEMMs are no faster than its float32 ones, so the user can tune float32 instead."""
+  if str(cfg.model.dtype) != 'bfloat16':
+    return
+  import jax  # pylint: disable=g-import-not-at-top
+  from tx.train import bf16_hint, flops  # pylint: disable=g-import-not-at-top
+  hint = bf16_hint.check(cfg.model.dtype, jax.devices()[0].platform,
+                         flops.measure_matmul_ceiling(bf16_hint.BF16))
+  if hint:
+    say(f'tx tune: {hint}')

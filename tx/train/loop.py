@@ -29,7 +29,7 @@ from tx.config.experiment import ExperimentConfig
 from tx.data import make_pipeline
 from tx.models.build import build_model, count_params
 from tx.tasks import make_task, summarize
-from tx.train import averaging, memory, processes, run_dir, run_lock
+from tx.train import averaging, bf16_hint, memory, processes, run_dir, run_lock
 from tx.train.checkpoint import Checkpointer
 from tx.train.errors import NonFiniteError
 from tx.train.evaluate import evaluate
@@ -292,13 +292,17 @@ def _compile(run: _Run):
   run.step_flops = flops_per_step(cfg.model, run.abstract.params, batch=rows, length=length,
                                   target_length=spec['targets'][0][1],
                                   head_positions=mlm_head_positions(cfg))
-  run.peak_flops = measure_matmul_ceiling(cfg.model.dtype) * jax.device_count()
+  ceiling = measure_matmul_ceiling(cfg.model.dtype)
+  run.peak_flops = ceiling * jax.device_count()
   need = memory.compiled_bytes(compiled)
   say(f'{cfg.name}: {run.params_count:,} params, {run.step_flops / 1e9:.2f} GFLOP/step, '
       f'compiled in {run.compile_time:.1f}s'
       + (f' ({memory.format_bytes(need)} per device)' if need is not None else '')
       + f', {jax.device_count()} device(s) {dict(mesh.shape)}; training to step '
       f'{cfg.train.steps}')
+  hint = bf16_hint.check(cfg.model.dtype, jax.devices()[0].platform, ceiling)
+  if hint:
+    say(hint)
   steps = _Steps(cfg.train.per_call, compiled, functools.partial(compile_steps, 1))
   t = cfg.train
   if any(n % t.per_call for n in (t.steps, t.log_every, t.eval_every, t.checkpoint_every)):
