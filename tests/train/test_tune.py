@@ -363,14 +363,18 @@ def test_per_call_candidates_are_timed_only_where_tx_chooses_the_setting(monkeyp
   monkeypatch.setattr(importlib.util, 'find_spec', lambda name: None)  # torch not installed
   names = lambda cfg: set(tune.CANDIDATES | tune.per_call_candidates(cfg, tune.CANDIDATES |
                                                                      tune.model_candidates(cfg)))
-  assert names(_cfg()) == set(tune.CANDIDATES) | {'default_4_per_call'}
+  assert names(_cfg()) == set(tune.CANDIDATES) | {f'{n}_4_per_call' for n in tune.CANDIDATES}
   for setting in ('train.steps_per_call=1', 'train.steps_per_call=2'):
     assert names(_cfg(setting)) == set(tune.CANDIDATES), setting
   both = tune.per_call_candidates(_cfg(), {'default': '', 'onednn': ONEDNN,
                                            **tune.MODEL_CANDIDATES})
-  assert set(both) == {'default_4_per_call', 'torch_attention_4_per_call',
+  assert set(both) == {'default_4_per_call', 'onednn_4_per_call', 'torch_attention_4_per_call',
                        'torch_matmul_4_per_call', 'torch_attention_matmul_4_per_call',
                        'torch_matmul_norm_4_per_call', 'torch_attention_matmul_norm_4_per_call'}
+  assert both['onednn_4_per_call'] == {'xla_flags': ONEDNN, 'model': {},
+                                       'train': {'steps_per_call': 4}}
+  twin = tune._twin  # pylint: disable=protected-access
+  assert twin('onednn', {'onednn': ONEDNN, **both}) == 'onednn_4_per_call'
   assert both['torch_attention_4_per_call'] == {'xla_flags': '',
                                                 'model': {'attention_impl': 'torch'},
                                                 'train': {'steps_per_call': 4}}

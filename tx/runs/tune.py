@@ -9,8 +9,8 @@ Which XLA:CPU settings win depends on the CPU (benchmarks/NOTES.md: what wins on
 EPYC loses on the Intel Xeon) and on the step's shapes, so tx measures instead of keeping a
 table of hosts. Each candidate in `CANDIDATES` (a set of XLA flags), each of
 `MODEL_CANDIDATES` that applies (torch's CPU attention kernel, torch's GEMM for the dense
-layers, torch's norms), and, where the config leaves train.steps_per_call to tx, XLA's defaults and each
-model candidate again at PER_CALL steps per compiled call, compiles the experiment's
+layers, torch's norms), and, where the config leaves train.steps_per_call to tx, each of
+these again at PER_CALL steps per compiled call, compiles the experiment's
 real training step (its model, optimizer, dropout and batch shapes, on synthetic tokens) in a
 fresh process, as `tx bench` does, and times `steps` steps after `warmup`, in `rounds`
 rounds of rotating order (one pass is at the mercy of machine noise). A setting and its
@@ -132,13 +132,15 @@ def model_candidates(cfg, host: dict | None = None) -> dict:
 
 
 def per_call_candidates(cfg, candidates: dict) -> dict:
-  """Each of 'default' and the model candidates in `candidates` again with
-  train.steps_per_call=PER_CALL, named '<name>_4_per_call'; none where the config sets
-  train.steps_per_call itself."""
+  """Each candidate in `candidates` (XLA's defaults, the flag and the model settings) again
+  with train.steps_per_call=PER_CALL, named '<name>_4_per_call'; none where the config sets
+  train.steps_per_call itself. A flag setting needs its twin as much as the others: a
+  K-step call maps its scratch buffer once for K steps (gpt_6l_bf16 under onednn_dots on
+  Intel model 207: 1.23-1.30x faster at 4 steps a call; benchmarks/NOTES.md, attempt 95)."""
   if cfg.train.steps_per_call is not None:
     return {}
-  return {f'{name}{PER_CALL_SUFFIX}': _with_per_call(candidates[name]) for name in candidates
-          if name == 'default' or name in MODEL_CANDIDATES}
+  return {f'{name}{PER_CALL_SUFFIX}': _with_per_call(candidate)
+          for name, candidate in candidates.items() if not name.endswith(PER_CALL_SUFFIX)}
 
 
 def _with_per_call(candidate) -> dict:
@@ -148,9 +150,8 @@ def _with_per_call(candidate) -> dict:
 
 def known_candidates() -> dict:
   """Every candidate `tx tune --candidates` may name."""
-  named = {'default': '', **MODEL_CANDIDATES}
-  return CANDIDATES | MODEL_CANDIDATES | {f'{name}{PER_CALL_SUFFIX}': _with_per_call(c)
-                                          for name, c in named.items()}
+  named = CANDIDATES | MODEL_CANDIDATES
+  return named | {f'{name}{PER_CALL_SUFFIX}': _with_per_call(c) for name, c in named.items()}
 
 
 def _setting(candidate) -> tuple[str, dict, dict]:
