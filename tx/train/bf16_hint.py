@@ -2,8 +2,8 @@
 float32 ones: there bf16 training saves memory but costs time.
 
 On a CPU with avx512_bf16 but no AMX, bf16 dot products run at ~0.7x float32's on XLA's
-side and on torch's alike, and the 6-layer GPT trains in bf16 at 0.73-0.79x its float32
-tokens/s (benchmarks/NOTES.md, attempt 94); on a CPU without bf16 arithmetic bf16 is
+side and on torch's alike, and the 6-layer GPT trains in bf16 at 0.73-0.83x its float32
+tokens/s (benchmarks/NOTES.md, attempts 94-95); on a CPU without bf16 arithmetic bf16 is
 converted to float32 around every product. Only AMX (or a GPU) makes bf16 the fast choice.
 So `tx train` compares the two GEMM ceilings it can measure in about a second (the bf16 one
 it measures anyway, for MFU) instead of keeping a list of CPU models.
