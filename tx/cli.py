@@ -125,7 +125,7 @@ def _add_tune_flags(parser, where: str = '') -> None:
   tuning = parser.add_mutually_exclusive_group()
   tuning.add_argument('--tune', action='store_true',
                       help=f'run `tx tune` first when this host has no cached choice for the '
-                           f'step{where}')
+                           f'step{where}, or one measured before some of its candidates')
   tuning.add_argument('--no-tune', action='store_true',
                       help="XLA's default settings even when `tx tune` cached a choice "
                            '(also: TX_TUNE=0)')
@@ -240,7 +240,8 @@ def _bench_parser(sub) -> None:
                       'out = v on both sides: what attention costs in each step')
   b.add_argument('--tune', action='store_true',
                  help="tx's side of each training case takes `tx tune`'s choice for its step "
-                      'on this host (cached; measured first where none is)')
+                      'on this host (cached; measured first where none is, and new '
+                      'candidates timed against an older choice)')
   b.add_argument('--rounds', type=int, default=1,
                  help='measure each training / decoding case N times, tx and the peer in '
                       'turn: medians, and the spread of the paired ratios')

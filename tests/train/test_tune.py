@@ -66,10 +66,64 @@ def test_a_cached_choice_is_reused_without_measuring(tuned, monkeypatch):
     raise AssertionError('measured again')
   monkeypatch.setattr(worker, 'run_isolated', refuse)
   said = []
-  assert tune.tune(_cfg(), env=env, say=said.append) == entry
+  # the candidates it was measured with, or some of them: nothing new to time
+  assert tune.tune(_cfg(), candidates=entry['candidates'], env=env, say=said.append) == entry
+  assert tune.tune(_cfg(), candidates={'default': ''}, env=env, say=said.append) == entry
   assert 'cached choice' in said[0]
   with pytest.raises(AssertionError, match='measured again'):
-    tune.tune(_cfg(), env=env, force=True, say=said.append)
+    tune.tune(_cfg(), candidates={'default': ''}, env=env, force=True, say=said.append)
+  with pytest.raises(AssertionError, match='measured again'):  # today's set has more
+    tune.tune(_cfg(), env=env, say=said.append)
+  assert 'predates' in said[-1]
+
+
+def test_an_entry_older_than_a_candidate_times_only_the_new_ones_against_its_choice(
+    tmp_path, monkeypatch):
+  """An entry measured before 'c' existed: the next tune times 'c' against the entry's
+  choice 'a' and the defaults ('b' lost to 'a' then and is not timed again), records every
+  candidate as considered and keeps the earlier measurement; then nothing is new."""
+  times = {'default': [1.0, 1.0, 1.0, 1.0], 'a': [0.8, 0.8, 0.8, 0.8], 'b': [0.9, 0.9],
+           'c': [0.7, 0.7]}
+  flags = {'a': '--a=1', 'b': '--b=1', 'c': '--c=1'}
+  order = _scripted_timings(monkeypatch, times, flags)
+  env, said = {'TX_CACHE_DIR': str(tmp_path)}, []
+  old = tune.tune(_cfg(), candidates={'default': '', 'a': flags['a'], 'b': flags['b']},
+                  rounds=2, env=env, say=said.append)
+  assert old['choice'] == 'a' and len(order) == 6
+  order.clear()
+  entry = tune.tune(_cfg(), candidates={'default': '', **flags}, rounds=2, env=env,
+                    say=said.append)
+  assert sorted(order) == ['a', 'a', 'c', 'c', 'default', 'default']
+  assert any("choice 'a'" in line and 'predates c; timing default, a, c' in line
+             for line in said)
+  assert entry['choice'] == 'c' and set(entry['timings']) == {'default', 'a', 'c'}
+  assert entry['candidates'] == {'default': '', **flags}
+  assert entry['earlier']['choice'] == 'a' and entry['earlier']['timings'] == old['timings']
+  assert tune.lookup(_cfg(), host_lib.probe(env), env) == json.loads(json.dumps(entry))
+  order.clear()
+  assert tune.tune(_cfg(), candidates={'default': '', **flags}, env=env, say=said.append)[
+      'choice'] == 'c' and not order
+  # a candidate whose setting changed counts as new
+  assert tune.untimed(entry, {'default': '', 'a': '--a=2'}) == ['a']
+
+
+def test_an_update_times_the_twins_and_falls_back_to_the_whole_set():
+  known = tune.known_candidates()
+  pick = lambda *names: {n: known[n] for n in names}
+  entry = {'choice': 'onednn_dots', 'candidates': pick('default', 'default_4_per_call',
+                                                        'onednn', 'onednn_dots')}
+  now = pick('default', 'default_4_per_call', 'onednn', 'onednn_dots', 'onednn_dots_4_per_call',
+             'ynn_off', 'ynn_off_4_per_call')
+  new = tune.untimed(entry, now)
+  assert new == ['onednn_dots_4_per_call', 'ynn_off', 'ynn_off_4_per_call']
+  assert list(tune.update_set(entry, now, new)) == [
+      'default', 'default_4_per_call', 'onednn_dots', 'onednn_dots_4_per_call', 'ynn_off',
+      'ynn_off_4_per_call']  # 'onednn' lost to 'onednn_dots' and is not timed again
+  # the entry's choice is no longer a candidate (or the baseline is missing): all of them
+  assert tune.update_set(dict(entry, choice='gone'), now, new) == now
+  assert tune.update_set(entry, pick('onednn_dots', 'ynn_off'), ['ynn_off']) == pick(
+      'onednn_dots', 'ynn_off')
+  assert tune.untimed({}, now) == list(now)  # an entry from before candidates were recorded
 
 
 def test_the_cache_key_separates_hosts_jax_versions_and_step_shapes(tmp_path):
@@ -109,6 +163,34 @@ def test_apply_appends_the_choice_unless_turned_off(tmp_path, monkeypatch):
   late = {'TX_CACHE_DIR': str(tmp_path)}
   assert tune.apply(_cfg(), env=late, say=said.append) is None and 'XLA_FLAGS' not in late
   assert 'not applied' in said[-1]
+
+
+def test_apply_says_when_the_entry_predates_a_candidate_and_tune_updates_it(
+    tmp_path, monkeypatch):
+  """`tx train` keeps using an entry that lacks some of today's candidates, with a line
+  naming them; with --tune (`tune_if_missing`) it times them first."""
+  monkeypatch.setattr(compat, 'backends_started', lambda: False)
+  env = {'TX_CACHE_DIR': str(tmp_path)}
+  _write_entry(_cfg(), env)  # no 'candidates': measured before any were recorded
+  said = []
+  assert tune.apply(_cfg(), env=env, say=said.append)['choice'] == 'onednn'
+  assert 'TX_TUNE=0' in said[0] and ONEDNN in env['XLA_FLAGS']
+  assert said[1].startswith('tx: that `tx tune` choice was measured before default, onednn, ')
+  assert 'more; `tx tune` (or --tune) times them' in said[1]
+  host = host_lib.probe(env)
+  current = tune.default_candidates(_cfg(), host)
+  path = tune.entry_path(_cfg(), host, env)
+  path.write_text(json.dumps({'choice': 'onednn', 'xla_flags': ONEDNN, 'candidates': current}))
+  said.clear()
+  assert tune.apply(_cfg(), env=dict(env), say=said.append)['choice'] == 'onednn'
+  assert not any('measured before' in line for line in said)
+  path.write_text(json.dumps({'choice': 'onednn', 'xla_flags': ONEDNN,
+                              'candidates': dict(current, onednn='--old=1')}))
+  updated = []
+  monkeypatch.setattr(tune, 'tune', lambda cfg, say, env: updated.append(cfg) or {
+      'choice': 'default', 'xla_flags': ''})
+  assert tune.apply(_cfg(), env=dict(env), say=said.append, tune_if_missing=True) == {
+      'choice': 'default', 'xla_flags': ''} and len(updated) == 1
 
 
 def test_a_flag_the_user_set_wins():

@@ -2,7 +2,8 @@
 
     tx tune mt_multi30k_en_de                  # times each candidate, caches the fastest
     tx train mt_multi30k_en_de --workdir runs/mt    # uses the cached choice (one line says so)
-    tx train ... --tune                        # tunes first when nothing is cached
+    tx train ... --tune                        # tunes first when nothing is cached, or
+                                               # times the candidates added since
     TX_TUNE=0 tx train ...                     # opt out: XLA's defaults (or your XLA_FLAGS)
 
 Which XLA:CPU settings win depends on the CPU (benchmarks/NOTES.md: what wins on the AMD
@@ -24,11 +25,15 @@ candidates qualify within `margin` of the fastest, those alone get `rounds` more
 runoff), and the same rule on all their rounds picks one. The choice is cached as one JSON
 file per (CPU model and ISA, CPU count, jax and jaxlib versions, step signature) under
 $TX_CACHE_DIR/tune (default $XDG_CACHE_HOME/tx/tune or ~/.cache/tx/tune), so another host
-kind, another jax or another model shape is measured afresh. A mesh of simulated devices is
-timed as one device with the whole batch (the same work on the same cores). One measurement
-per entry at a time: the processes of a job on one host (`tx train --tune` in each) wait for
-the first one's choice (a lock file beside the entry) instead of timing on the same cores at
-once.
+kind, another jax or another model shape is measured afresh. An entry measured before a
+candidate was added to tx (or changed) is brought up to date by the next `tx tune` (or
+`tx train --tune`, `tx bench --tune`): the new candidates are timed against the entry's
+choice and XLA's defaults, with their twins, not the whole set again (`update_set`); `tx
+train` without --tune uses such an entry and says which candidates it lacks. A mesh of
+simulated devices is timed as one device with the whole batch (the same work on the same
+cores). One measurement per entry at a time: the processes of a job on one host (`tx train
+--tune` in each) wait for the first one's choice (a lock file beside the entry) instead of
+timing on the same cores at once.
 
 `tx train` looks the run up before JAX starts its backend and appends the chosen flags to
 XLA_FLAGS; a flag you already set in XLA_FLAGS wins over the cached one. A chosen model
@@ -272,10 +277,7 @@ def tune(cfg, *, candidates=None, steps: int = 5, warmup: int = 2, rounds: int =
   from tx.config.base import ConfigError  # pylint: disable=g-import-not-at-top
   env = dict(os.environ if env is None else env)
   host = host_lib.probe(env)
-  if candidates is None:
-    candidates = CANDIDATES | model_candidates(cfg, host)
-    candidates |= per_call_candidates(cfg, candidates)
-  candidates = dict(candidates)
+  candidates = dict(default_candidates(cfg, host) if candidates is None else candidates)
   if not candidates:
     raise ConfigError('tx tune: no candidate settings to time')
   if steps < 1 or warmup < 0 or rounds < 1 or not 0 <= margin < 1:
@@ -284,11 +286,45 @@ def tune(cfg, *, candidates=None, steps: int = 5, warmup: int = 2, rounds: int =
   path = entry_path(cfg, host, env)
   with _measuring(path, say):
     cached = lookup(cfg, host, env)
-    if cached is not None and not force:
+    if cached is None or force:
+      return _measure(cfg, host, path, candidates, steps, warmup, rounds, margin, threads, say,
+                      env)
+    new = untimed(cached, candidates)
+    if not new:
       say(f'tx tune: cached choice {cached["choice"]!r} ({path}); --force measures again')
       return cached
-    return _measure(cfg, host, path, candidates, steps, warmup, rounds, margin, threads, say,
-                    env)
+    timed = update_set(cached, candidates, new)
+    say(f'tx tune: the cached choice {cached["choice"]!r} ({cached.get("measured_at")}) '
+        f'predates {", ".join(new)}; timing {", ".join(timed)}')
+    return _measure(cfg, host, path, timed, steps, warmup, rounds, margin, threads, say, env,
+                    considered=candidates, earlier=cached)
+
+
+def default_candidates(cfg, host: dict) -> dict:
+  """What `tune` times when not told: CANDIDATES, the `model_candidates` that apply and, where
+  the config leaves steps per call to tx, the `per_call_candidates` of them all."""
+  candidates = CANDIDATES | model_candidates(cfg, host)
+  return candidates | per_call_candidates(cfg, candidates)
+
+
+def untimed(entry: dict, candidates: dict) -> list[str]:
+  """The names in `candidates` that a cache `entry` did not consider with the same setting
+  (added to tx after it was measured, or changed): a choice among the others may lose to them."""
+  known = json.loads(json.dumps(entry.get('candidates') or {}))
+  return [name for name, setting in candidates.items()
+          if known.get(name, None) != json.loads(json.dumps(setting))]
+
+
+def update_set(entry: dict, candidates: dict, new: list[str]) -> dict:
+  """The candidates that bring a cache `entry` up to date with `candidates`: the `new` ones,
+  the entry's choice and XLA's defaults (the baseline), each with its per-call twin, timed
+  side by side afresh; the rest lost to the entry's choice when it was measured. All of
+  `candidates` where the entry's choice or the defaults are not among them."""
+  if entry.get('choice') not in candidates or 'default' not in candidates:
+    return candidates
+  names = {'default', entry['choice'], *new}
+  names |= {twin for name in names if (twin := _twin(name, candidates))}
+  return {name: setting for name, setting in candidates.items() if name in names}
 
 
 @contextlib.contextmanager
@@ -312,8 +348,11 @@ def _measuring(path: Path, say):
     yield
 
 
-def _measure(cfg, host, path, candidates, steps, warmup, rounds, margin, threads, say, env):
-  """Times every candidate (see `tune`), writes the entry to `path` and returns it."""
+def _measure(cfg, host, path, candidates, steps, warmup, rounds, margin, threads, say, env,
+             considered=None, earlier=None):
+  """Times every candidate (see `tune`), writes the entry to `path` and returns it. An update
+  (`update_set`) times a part of the `considered` candidates, and keeps the `earlier`
+  entry's measurement beside its own."""
   from tx.bench.worker import BenchError, run_isolated  # pylint: disable=g-import-not-at-top
   from tx.config.base import to_dict  # pylint: disable=g-import-not-at-top
   from tx.config.base import ConfigError  # pylint: disable=g-import-not-at-top
@@ -391,10 +430,14 @@ def _measure(cfg, host, path, candidates, steps, warmup, rounds, margin, threads
            'train_overrides': train, 'timings': timings,
            'rounds_timings': runs, 'failed': failed, 'skipped': skipped, 'runoff': runoff,
            'details': details,
-           'candidates': candidates, 'steps': steps, 'warmup': warmup, 'rounds': rounds,
+           'candidates': considered or candidates, 'steps': steps, 'warmup': warmup,
+           'rounds': rounds,
            'margin': margin, 'threads': threads, 'experiment': cfg.name,
            'host': host_key(host), 'signature': step_signature(cfg),
            'measured_at': time.strftime('%Y-%m-%dT%H:%M:%S%z')}
+  if earlier:
+    entry['earlier'] = {k: earlier.get(k) for k in ('choice', 'timings', 'skipped', 'failed',
+                                                    'measured_at')}
   partial = path.with_suffix('.partial')
   partial.write_text(json.dumps(entry, indent=1, sort_keys=True), encoding='utf-8')
   partial.replace(path)  # a reader sees the whole entry or none
@@ -440,16 +483,29 @@ def _described(flags: str, model: dict, train: dict) -> str:
 def apply(cfg, *, env=None, say=print, tune_if_missing: bool = False) -> dict | None:
   """Before JAX starts its backend: appends the cached choice's flags to env['XLA_FLAGS']
   (default os.environ) and returns the entry; None when TX_TUNE=0, nothing is cached (and
-  not `tune_if_missing`), the choice is the defaults, or the backend already started."""
-  from tx import compat  # pylint: disable=g-import-not-at-top
+  not `tune_if_missing`), the choice is the defaults, or the backend already started. An
+  entry measured before some of today's candidates is used as it is, with a line saying so,
+  or brought up to date first (`tune`) with `tune_if_missing`."""
   from tx.bench import host as host_lib  # pylint: disable=g-import-not-at-top
   env = os.environ if env is None else env
   if env.get(OPT_OUT) == '0':
     return None
   host = host_lib.probe(env)
   entry = lookup(cfg, host, env)
-  if entry is None and tune_if_missing:
-    entry = tune(cfg, say=say, env=env)
+  new = untimed(entry, default_candidates(cfg, host)) if entry else []
+  if (entry is None or new) and tune_if_missing:
+    entry, new = tune(cfg, say=say, env=env), []
+  applied = _apply_flags(entry, env, say)
+  if new and applied is not None:
+    more = f' and {len(new) - 3} more' if len(new) > 3 else ''
+    say(f'tx: that `tx tune` choice was measured before {", ".join(new[:3])}{more}; '
+        '`tx tune` (or --tune) times them against it')
+  return applied
+
+
+def _apply_flags(entry: dict | None, env, say) -> dict | None:
+  """`apply`'s work on the entry it found: its flags appended to env['XLA_FLAGS']."""
+  from tx import compat  # pylint: disable=g-import-not-at-top
   if entry is None or not entry.get('xla_flags'):
     return entry if entry else None
   if compat.backends_started():
