@@ -105,6 +105,15 @@ def test_an_entry_older_than_a_candidate_times_only_the_new_ones_against_its_cho
       'choice'] == 'c' and not order
   # a candidate whose setting changed counts as new
   assert tune.untimed(entry, {'default': '', 'a': '--a=2'}) == ['a']
+  # asked for a few candidates, the update still times the entry's choice against the new
+  # one and keeps the record of the others
+  order.clear()
+  flags['d'] = '--d=1'
+  times.update(default=[1.0], d=[0.9], c=[0.7])
+  entry = tune.tune(_cfg(), candidates={'default': '', 'd': '--d=1'}, rounds=1, env=env,
+                    say=said.append)
+  assert sorted(order) == ['c', 'd', 'default'] and entry['choice'] == 'c'
+  assert entry['candidates'] == {'default': '', **flags}
 
 
 def test_an_update_times_the_twins_and_falls_back_to_the_whole_set():

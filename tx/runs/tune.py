@@ -293,11 +293,14 @@ def tune(cfg, *, candidates=None, steps: int = 5, warmup: int = 2, rounds: int =
     if not new:
       say(f'tx tune: cached choice {cached["choice"]!r} ({path}); --force measures again')
       return cached
-    timed = update_set(cached, candidates, new)
+    # the entry's record stays whole where a few candidates are asked for
+    considered = candidates | {name: setting for name, setting in
+                               cached.get('candidates', {}).items() if name not in candidates}
+    timed = update_set(cached, considered, new)
     say(f'tx tune: the cached choice {cached["choice"]!r} ({cached.get("measured_at")}) '
         f'predates {", ".join(new)}; timing {", ".join(timed)}')
     return _measure(cfg, host, path, timed, steps, warmup, rounds, margin, threads, say, env,
-                    considered=candidates, earlier=cached)
+                    considered=considered, earlier=cached)
 
 
 def default_candidates(cfg, host: dict) -> dict:
