@@ -502,6 +502,30 @@ def test_a_chosen_steps_per_call_is_cached_and_applied_by_train_unless_set(tmp_p
   assert len(said) == 2
 
 
+def _scripted_twins(monkeypatch, times: dict, settings: list[str]) -> tuple[list, dict]:
+  """Replaces the measuring process for the defaults and `settings` (each an XLA flag
+  --NAME=1), each with its per-call twin, timed in one process as `tune` runs them: every
+  variant takes the next of its `times`. Returns the list that records each process's
+  (worker, [names]) and the candidates."""
+  calls = []
+  def fake(target, spec, *, threads, env):
+    trains = spec['train_variants'] if target == tune.TWIN_WORKER else [spec['train_overrides']]
+    setting = next((n for n in settings if f'--{n}=1' in env['XLA_FLAGS']), 'default')
+    names = [setting + ('_4_per_call' if train else '') for train in trains]
+    calls.append((target, names))
+    timed = [{'step_time_s': times[n][sum(n in c[1] for c in calls) - 1], 'compile_s': 0.0}
+             for n in names]
+    return {'variants': timed} if target == tune.TWIN_WORKER else timed[0]
+  monkeypatch.setattr(worker, 'run_isolated', fake)
+  candidates = {'default': '', 'default_4_per_call': tune.known_candidates()[
+      'default_4_per_call']}
+  for name in settings:
+    candidates[name] = f'--{name}=1'
+    candidates[f'{name}_4_per_call'] = {'xla_flags': f'--{name}=1',
+                                        'train': {'steps_per_call': 4}}
+  return calls, candidates
+
+
 def test_a_setting_and_its_per_call_twin_are_timed_in_one_process(tuned, tmp_path, monkeypatch):
   """default and default_4_per_call share a process (`time_twins`) in each round, in the
   round's rotated order; a twin whose partner lost a round, or one whose settings differ in
@@ -512,22 +536,9 @@ def test_a_setting_and_its_per_call_twin_are_timed_in_one_process(tuned, tmp_pat
   assert details['default']['pid'] == details['default_4_per_call']['pid']
   assert details['default']['pid'] != details['onednn']['pid']
   assert any('one process with default, default_4_per_call' in line for line in tuned[2])
-  calls = []
   times = {'default': [1.0, 1.0, 1.0], 'default_4_per_call': [0.8, 0.8, 0.8],
-           'slow': [1.2], 'slow_4_per_call': [0.9, 0.9, 0.9]}
-  flags = {'slow': '--slow=1'}
-  def fake(target, spec, *, threads, env):
-    trains = spec['train_variants'] if target == tune.TWIN_WORKER else [spec['train_overrides']]
-    names = [('slow' if '--slow=1' in env['XLA_FLAGS'] else 'default')
-             + ('_4_per_call' if train else '') for train in trains]
-    calls.append((target, names))
-    timed = [{'step_time_s': times[n][sum(n in c[1] for c in calls) - 1], 'compile_s': 0.0}
-             for n in names]
-    return {'variants': timed} if target == tune.TWIN_WORKER else timed[0]
-  monkeypatch.setattr(worker, 'run_isolated', fake)
-  twin = {'xla_flags': '--slow=1', 'train': {'steps_per_call': 4}}
-  candidates = {'default': '', 'default_4_per_call': tune.known_candidates()[
-      'default_4_per_call'], 'slow': flags['slow'], 'slow_4_per_call': twin}
+           'slow': [1.2], 'slow_4_per_call': [0.75, 0.75, 0.75]}
+  calls, candidates = _scripted_twins(monkeypatch, times, ['slow'])
   entry = tune.tune(_cfg(), candidates=candidates, rounds=3, margin=0.03,
                     env={'TX_CACHE_DIR': str(tmp_path)}, say=lambda m: None)
   assert calls == [
@@ -537,11 +548,37 @@ def test_a_setting_and_its_per_call_twin_are_timed_in_one_process(tuned, tmp_pat
       (tune.WORKER, ['slow_4_per_call']),  # 'slow' lost round 1: its twin alone
       (tune.WORKER, ['slow_4_per_call']),  # round 3 starts with 'slow': skipped
       (tune.TWIN_WORKER, ['default', 'default_4_per_call'])]
-  assert entry['skipped'] == {'slow': 1} and entry['choice'] == 'default_4_per_call'
+  assert entry['skipped'] == {'slow': 1} and entry['choice'] == 'slow_4_per_call'
   assert tune._twin('slow', candidates) == 'slow_4_per_call'
   assert tune._twin('default_4_per_call', candidates) == 'default'
   assert tune._twin('slow_4_per_call', dict(candidates, slow='--other=1')) is None
   assert tune._twin('default', {'default': ''}) is None
+
+
+def test_a_per_call_twin_is_held_against_the_defaults_twin_too(tmp_path, monkeypatch):
+  """A setting's 4-steps-per-call twin that beats the one-step defaults but not their own
+  twin gains nothing the calls do not give: it loses that round and is not timed again.
+  'flat' is the defaults' speed (and its twin loses to theirs), 'fast' beats both."""
+  times = {'default': [1.0, 1.0], 'default_4_per_call': [0.80, 0.82],
+           'flat': [1.01], 'flat_4_per_call': [0.85], 'fast': [0.9, 0.9],
+           'fast_4_per_call': [0.70, 0.72]}
+  calls, candidates = _scripted_twins(monkeypatch, times, ['flat', 'fast'])
+  said = []
+  entry = tune.tune(_cfg(), candidates=candidates, rounds=2, margin=0.03,
+                    env={'TX_CACHE_DIR': str(tmp_path)}, say=said.append)
+  assert sum('flat_4_per_call' in names for _, names in calls) == 1
+  assert entry['skipped'] == {'flat': 1, 'flat_4_per_call': 1}
+  assert any('flat_4_per_call is slower than default_4_per_call in round 1' in line
+             for line in said)
+  assert entry['choice'] == 'fast_4_per_call'
+  assert tune.baselines('fast_4_per_call', times) == ['default', 'default_4_per_call']
+  assert tune.baselines('fast_4_per_call', {'default': 1.0}) == ['default']
+  assert tune.baselines('default_4_per_call', times) == ['default']
+  assert tune.baselines('fast', times) == ['default'] and tune.baselines('default', times) == []
+  # the margin too: a twin 2 % ahead of the defaults' twin leaves the choice to that twin
+  medians = {'default': 1.0, 'default_4_per_call': 0.80, 'fast_4_per_call': 0.785}
+  assert tune.choose(medians, 0.03) == 'default_4_per_call'
+  assert tune.choose(dict(medians, fast_4_per_call=0.75), 0.03) == 'fast_4_per_call'
 
 
 def test_time_twins_times_both_programs_on_one_state():

@@ -19,8 +19,10 @@ PER_CALL twin share one process (`time_twins`: timed in turn, in blocks), so tha
 of steps per call is free of the drift between processes, which on the project's hosts can
 exceed what 4 steps per call is worth. The fastest median
 over the rounds is kept if it beats XLA's defaults by more than `margin` (3 %) and was
-faster than them in every round; else the defaults. So a candidate that was slower than the
-defaults in a round is not timed in the rounds after it: it cannot be chosen. Where several
+faster than them in every round; else the defaults. A setting's PER_CALL twin is held to
+the same rule against the defaults' own twin as well (`baselines`): its gain over that twin
+is the setting's, not the calls'. So a candidate that was slower than one of its baselines
+in a round is not timed in the rounds after it: it cannot be chosen. Where several
 candidates qualify within `margin` of the fastest, those alone get `rounds` more rounds (a
 runoff), and the same rule on all their rounds picks one. The choice is cached as one JSON
 file per (CPU model and ISA, CPU count, jax and jaxlib versions, step signature) under
@@ -250,29 +252,42 @@ def choose(timings: dict[str, float], margin: float,
 def winners(timings: dict[str, float], margin: float,
             rounds: dict[str, list[float]] | None = None) -> list[str]:
   """The candidates other than 'default' that `choose` may keep: more than `margin` faster
-  than the defaults' median and faster than the defaults in every round both were timed in
-  (`rounds`, each candidate's times from the first round on). All of them without defaults."""
+  than each of their `baselines`' medians and faster than them in every round both were
+  timed in (`rounds`, each candidate's times from the first round on). All of them without
+  defaults."""
   if 'default' not in timings:
     return list(timings)
-  base, base_rounds = timings['default'], (rounds or {}).get('default', [])
+  rounds = rounds or {}
 
-  def beats_the_defaults(name):
-    paired = zip((rounds or {}).get(name, []), base_rounds)
-    return timings[name] < base * (1.0 - margin) and all(t < b for t, b in paired)
+  def beats(name, base):
+    paired = zip(rounds.get(name, []), rounds.get(base, []))
+    return timings[name] < timings[base] * (1.0 - margin) and all(t < b for t, b in paired)
 
-  return [n for n in timings if n != 'default' and beats_the_defaults(n)]
+  return [n for n in timings
+          if n != 'default' and all(beats(n, base) for base in baselines(n, timings))]
+
+
+def baselines(name: str, measured) -> list[str]:
+  """What candidate `name` must beat to be chosen, of the names in `measured`: XLA's
+  defaults and, for a setting's PER_CALL twin, the defaults' own twin too (at the same steps
+  per call, what is left of its gain is the setting's). None for the defaults."""
+  if name == 'default':
+    return []
+  per_call = 'default' + PER_CALL_SUFFIX
+  twin = name.endswith(PER_CALL_SUFFIX) and name != per_call and per_call in measured
+  return ['default', per_call] if twin else ['default']
 
 
 def tune(cfg, *, candidates=None, steps: int = 5, warmup: int = 2, rounds: int = 2,
          margin: float = 0.03, threads: int | None = None, force: bool = False, say=print,
          env=None) -> dict:
   """Times `cfg`'s step under each candidate (name -> XLA flags; default `CANDIDATES`) in
-  fresh processes, `rounds` times in a rotating order (a candidate that lost a round to the
-  defaults is skipped after it; near ties get a runoff: see the module's docstring), and
-  keeps `choose(median per candidate, margin, times per round)`. Writes and returns the
-  cache entry: {'choice', 'xla_flags', 'timings': {name: median s/step over its rounds},
-  'rounds_timings', 'skipped': {name: round lost}, 'runoff': [names], 'failed': {name: why},
-  'host', 'signature', ...}. A cached entry is returned as it is unless `force`."""
+  fresh processes, `rounds` times in a rotating order (a candidate that lost a round to one
+  of its `baselines` is skipped after it; near ties get a runoff: see the module's
+  docstring), and keeps `choose(median per candidate, margin, times per round)`. Writes and
+  returns the cache entry: {'choice', 'xla_flags', 'timings': {name: median s/step over its
+  rounds}, 'rounds_timings', 'skipped': {name: round lost}, 'runoff': [names], 'failed':
+  {name: why}, 'host', 'signature', ...}. A cached entry is returned as it is unless `force`."""
   from tx.bench import host as host_lib  # pylint: disable=g-import-not-at-top
   from tx.config.base import ConfigError  # pylint: disable=g-import-not-at-top
   env = dict(os.environ if env is None else env)
@@ -365,7 +380,7 @@ def _measure(cfg, host, path, candidates, steps, warmup, rounds, margin, threads
   own = ' '.join(f for f in env.get('XLA_FLAGS', '').split()  # one device per measurement
                  if not f.startswith('--xla_force_host_platform_device_count'))
   names = list(candidates)
-  skipped = {}  # name -> the round it lost to the defaults in
+  skipped = {}  # name -> the round it lost to one of its baselines in
 
   def time_group(group: list[str], label: str) -> None:
     """Times `group` (one candidate, or a candidate and its per-call twin) in one process."""
@@ -389,14 +404,17 @@ def _measure(cfg, host, path, candidates, steps, warmup, rounds, margin, threads
           f'(compile {one["compile_s"]:.1f}s) {_described(flags, model, train)}{together}')
 
   def due(name: str) -> bool:
-    """Whether `name` may still be chosen: not failed, and not slower than the defaults in a
-    round (`choose` needs a win in every round), which skips it from then on."""
+    """Whether `name` may still be chosen: not failed, and not slower than one of its
+    `baselines` in a round (`choose` needs a win in every round), which skips it from then
+    on."""
     if name in failed or name in skipped:
       return False
-    lost = None if 'default' in failed else _lost_a_round(runs, name)
+    lost = None if 'default' in failed else _lost_a_round(
+        runs, name, baselines(name, [n for n in runs if n not in failed]))
     if lost is not None:
-      skipped[name] = lost + 1
-      say(f'tx tune: {name} is slower than the defaults in round {lost + 1}; not timed again')
+      skipped[name] = lost[0] + 1
+      to = 'the defaults' if lost[1] == 'default' else lost[1]
+      say(f'tx tune: {name} is slower than {to} in round {lost[0] + 1}; not timed again')
     return lost is None
 
   def time_round(round_names: list[str], label: str) -> None:
@@ -469,13 +487,14 @@ def _twin(name: str, candidates: dict) -> str | None:
   return four if name == one else one
 
 
-def _lost_a_round(runs: dict[str, list[float]], name: str) -> int | None:
-  """The first round (0-based) in which `name` was not faster than the defaults, None if
-  none: `runs` holds each candidate's s/step per round, from round 0, with no gaps."""
-  if name == 'default':
-    return None
-  return next((i for i, (t, base) in enumerate(zip(runs.get(name, []), runs.get('default', [])))
-               if t >= base), None)
+def _lost_a_round(runs: dict[str, list[float]], name: str,
+                  against: list[str]) -> tuple[int, str] | None:
+  """The first round (0-based) in which `name` was not faster than one of the candidates
+  `against`, and that candidate; None if none: `runs` holds each candidate's s/step per
+  round, from round 0, with no gaps."""
+  lost = [(i, base) for base in against
+          for i, (t, b) in enumerate(zip(runs.get(name, []), runs.get(base, []))) if t >= b]
+  return min(lost) if lost else None
 
 
 def _described(flags: str, model: dict, train: dict) -> str:
