@@ -203,7 +203,8 @@ def _bench_parser(sub) -> None:
   u.add_argument('--candidates', nargs='+', metavar='NAME',
                  help='a subset of the candidate settings (default: all; see tx/runs/tune.py)')
   u.add_argument('--steps', type=int, default=5, help='timed steps per candidate and round')
-  u.add_argument('--warmup', type=int, default=2, help='untimed steps per candidate and round')
+  u.add_argument('--warmup', type=int, default=2,
+                 help='untimed steps per candidate and round (at least one call)')
   u.add_argument('--rounds', type=int, default=2, help='rounds, in rotating order (median)')
   u.add_argument('--margin', type=float, default=0.03,
                  help='how much faster than the defaults a setting must be to be chosen')

@@ -349,16 +349,64 @@ def test_the_steps_own_gemms_bound_the_1_5x_target():
   # one product of 2·1000·1000·20000 = 40 GFLOP twice a step: 80 GFLOP of the step's 100
   doc['step_gemms'] = {'gpt_6l': [['ffn in, forward', 1000, 1000, 20000, 2]]}
   doc['gemms'] = {'tx': {'gpt_6l: ffn in, forward': {'float32': 40e9, 'bfloat16': 20e9}}}
+  doc['cases']['gpt_6l']['tx_train']['step_time_s'] = 2.5  # slower than its products alone
   f32, bf16 = report.ceiling_arithmetic(doc)[1::2]
   # float32: 80 / 40 = 2 s of GEMMs, the other 20 GFLOP at the 100 GFLOP/s ceiling 0.2 s;
   # the peer's 4 s step / 1.5 = 2.67 s allowed, so 0.47 s are left for the rest
   assert '2.00 s' in f32 and '200.0 ms' in f32 and '2.20 s of the 2.67 s' in f32
-  assert 'leaving 466.7 ms' in f32
-  # bf16: 80 / 20 = 4 s, more than the 2.5 / 1.5 = 1.67 s allowed
+  assert 'leaving 466.7 ms' in f32 and 'takes 300.0 ms now' in f32
+  # bf16: 80 / 20 = 4 s, more than the 2.5 / 1.5 = 1.67 s allowed, but tx's step takes
+  # 1.25 s: its products ran faster in the step than alone, so these rates bound nothing
+  assert '4.40 s of the 1.67 s' in bf16 and 'no bound' in bf16 and 'ruled out' not in bf16
+  doc['cases']['gpt_6l_bf16']['tx_train']['step_time_s'] = 5.0
+  bf16 = report.ceiling_arithmetic(doc)[3]
   assert '4.40 s of the 1.67 s' in bf16 and 'ruled out by the kernels' in bf16
   del doc['gemms']['tx']['gpt_6l: ffn in, forward']['bfloat16']  # not timed: no bound
   lines = report.ceiling_arithmetic(doc)
   assert len(lines) == 4 and "over tx's float32" in lines[-1]
+
+
+def test_a_tuned_step_is_bounded_by_xlas_rates_under_its_flags():
+  """Where `tx tune`'s choice set XLA flags (oneDNN's dots), the arithmetic takes the
+  ceiling and the products' rates timed under those flags, not the defaults'."""
+  doc = _bf16_doc({'avx512_bf16': True})
+  doc['step_gemms'] = {'gpt_6l': [['ffn in, forward', 1000, 1000, 20000, 2]]}
+  doc['gemms'] = {'tx': {'gpt_6l: ffn in, forward': {'float32': 40e9, 'bfloat16': 20e9}}}
+  doc['cases']['gpt_6l_bf16']['tuned'] = {
+      'choice': 'onednn_dots', 'xla_flags': '--x=1', 'ceiling': {'bfloat16': 100e9},
+      'gemms': {'gpt_6l: ffn in, forward': {'bfloat16': 80e9}}}
+  lines = report.ceiling_arithmetic(doc)
+  bf16, kernels = [l for l in lines if l.startswith('gpt_6l_bf16 (bfloat16)')][:2]
+  # the peer's 40 GFLOP/s x 1.5 = 60 of the flags' 100 GFLOP/s ceiling (the defaults': 50)
+  assert "XLA 50 (100 under `tx tune`'s flags)" in bf16
+  assert "60% of tuned XLA's ceiling: under the ceiling" in bf16
+  # 80 GFLOP at 80 GFLOP/s = 1 s, the other 20 at the flags' ceiling 200 ms, of 1.67 s
+  assert "tuned XLA's rates take 1.00 s" in kernels and '1.20 s of the 1.67 s' in kernels
+  own = [l for l in lines if "over tx's float32" in l]
+  assert "the faster bf16 GEMM, tuned XLA's, peaks at 100" in own[0]
+  assert report.tuned_rates(doc['cases']['gpt_6l'], 'float32') is None
+
+
+def test_bench_times_the_steps_products_under_the_tuned_flags(monkeypatch):
+  """`tx bench --tune`: a case whose choice sets XLA flags gets its step's products and
+  the n^3 ceiling timed again under them, in its dtype; one without flags does not."""
+  calls = []
+  def fake(target, spec, *, threads, env=None, platform='cpu'):
+    calls.append((target, spec, env))
+    return {'bfloat16_flops': 9e9, 'gemms': {spec['gemms'][0][0]: {'bfloat16': 8e9}}}
+  monkeypatch.setattr(suite, 'run_isolated', fake)
+  case = next(c for c in cases.SUITE if c.name == 'gpt_6l_bf16')
+  step_gemms = cases.gemm_cases(cases.SUITE)
+  result = {'tuned': {'choice': 'onednn_dots', 'xla_flags': '--x=1'}}
+  suite._time_under_tuned_flags(case, result, step_gemms, {'n': 64, 'repeats': 1}, 2)
+  (target, spec, env), = calls
+  assert env == {'XLA_FLAGS': '--x=1'} and spec['dtypes'] == ('bfloat16',)
+  assert [g[0] for g in spec['gemms']] == [f'gpt_6l: {p[0]}' for p in step_gemms['gpt_6l']]
+  assert result['tuned']['ceiling'] == {'bfloat16': 9e9}
+  assert result['tuned']['gemms'] == {spec['gemms'][0][0]: {'bfloat16': 8e9}}
+  suite._time_under_tuned_flags(case, {'tuned': {'xla_flags': ''}}, step_gemms, {}, 2)
+  suite._time_under_tuned_flags(case, {'error': 'failed'}, step_gemms, {}, 2)
+  assert len(calls) == 1
 
 
 def test_bf16_over_tx_float32_is_ruled_out_where_bf16_gemms_are_no_faster():

@@ -581,6 +581,20 @@ def test_a_per_call_twin_is_held_against_the_defaults_twin_too(tmp_path, monkeyp
   assert tune.choose(dict(medians, fast_4_per_call=0.75), 0.03) == 'fast_4_per_call'
 
 
+def test_a_lone_candidate_gets_an_untimed_call_even_without_warmup(monkeypatch):
+  """With --warmup 0 a program's first call (its buffers' first use) is still not timed, for
+  a candidate timed alone as for twins (`time_twins`), so that the two are timed alike."""
+  cfg, calls = _cfg(), []
+  monkeypatch.setattr(tune, 'compiled_step', lambda spec: ('call', 'state', 'batch', cfg, 0.0))
+  def timed_calls(compiled, state, batch, per_call, n):
+    calls.append(n)
+    return state, [1.0] * n
+  monkeypatch.setattr(tune, '_timed_calls', timed_calls)
+  assert tune.time_step({'steps': 3, 'warmup': 0})['step_times_s'] == [1.0] * 3
+  assert tune.time_step({'steps': 3, 'warmup': 2})['step_times_s'] == [1.0] * 3
+  assert calls == [1, 3, 2, 3]
+
+
 def test_time_twins_times_both_programs_on_one_state():
   """The twin worker in this process, on the tiny model: each variant's own steps per call,
   its share of the timed calls in each of the two blocks, after its warmup."""

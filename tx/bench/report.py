@@ -214,16 +214,19 @@ def targets(doc: dict) -> list[dict]:
 
 def own_float32_arithmetic(doc: dict, case: str) -> dict | None:
   """Whether a bf16 case's 1.5x over tx's own float32 step (its spec's float32_case) fits
-  under the faster bf16 GEMM tx can run (XLA's dot, or torch's via model.matmul_impl=torch):
-  {'rate': tx's float32 FLOP/s, 'gemm': 'XLA' or 'torch', 'ceiling': that bf16 ceiling,
+  under the faster bf16 GEMM tx can run (XLA's dot, under `tx tune`'s flags too where its
+  choice set some, or torch's via model.matmul_impl=torch): {'rate': tx's float32 FLOP/s,
+  'gemm': 'XLA', 'tuned XLA' or 'torch', 'ceiling': that bf16 ceiling,
   'float32_ceiling': XLA's float32 one, 'need': 1.5 * rate / ceiling}; None where either
   step or the bf16 ceilings were not measured. On a CPU whose bf16 products run no faster
   than float32 ones (avx512_bf16 without AMX), the need exceeds 100 %: ruled out."""
   c = doc['cases'].get(case) or {}
   base = doc['cases'].get(c.get('spec', {}).get('float32_case') or '') or {}
   txt, base_txt = c.get('tx_train'), base.get('tx_train')
+  flagged = tuned_rates(c, 'bfloat16')
   ceilings = {'XLA': doc['ceiling'].get('bfloat16'),
-              'torch': (doc.get('peer_ceiling') or {}).get('bfloat16')}
+              'torch': (doc.get('peer_ceiling') or {}).get('bfloat16'),
+              _TUNED_XLA: flagged[0] if flagged else None}
   ceilings = {k: v for k, v in ceilings.items() if v}
   if not (txt and base_txt and ceilings):
     return None
@@ -246,10 +249,12 @@ def ceiling_arithmetic(doc: dict) -> list[str]:
   """Per training case with a peer, whether 1.5x the peer's speed fits under the ceiling of
   the GEMM tx's step ran (XLA's, or torch's where the case or `tx tune`'s choice set
   model.matmul_impl=torch): the peer's FLOP rate (tx's FLOP count) times 1.5, as a fraction
-  of that n^3 matmul ceiling; above 100 % the ceilings rule 1.5x out on this host. Where the
+  of that n^3 matmul ceiling (XLA's under the XLA flags of `tx tune`'s choice, where it set
+  some: `tuned_rates`); above 100 % the ceilings rule 1.5x out on this host. Where the
   step's own products were timed (`step_gemms`), a second line, the finer bound: their time
   at that GEMM's rates plus the attention products' at its ceiling, against the step time
-  1.5x the peer allows, and how much faster the rest of the step would then have to run. Where its
+  1.5x the peer allows, and how much faster the rest of the step would then have to run
+  (no bound where tx's step is already faster than that time). Where its
   self-attention was timed alone on both sides (`step_attention`), a third: that time over
   all layers in each framework, against the gap between the two steps. Where both sides also
   trained with attention stubbed out (`tx_train_ablated`, `peer_train_ablated`), a fourth:
@@ -264,17 +269,22 @@ def ceiling_arithmetic(doc: dict) -> list[str]:
     dtype = c.get('spec', {}).get('dtype', 'float32')
     side, gemm_name = ('peer', 'torch') if runs_torch_gemm(c) else ('tx', 'XLA')
     ceiling = (peer_ceiling if side == 'peer' else doc['ceiling'])[dtype]
+    flagged = tuned_rates(c, dtype) if side == 'tx' else None
+    if flagged:  # the rates under the flags tx's step ran with
+      ceiling, gemm_name = flagged[0], _TUNED_XLA
     if not ceiling:
       continue
     peer_rate = txt['flops_per_step'] / peer['step_time_s']
     need = 1.5 * peer_rate / ceiling
     verdict = 'under the ceiling' if need <= 1.0 else 'ruled out by the ceilings'
+    under_flags = f' ({flagged[0] / 1e9:.0f} under `tx tune`\'s flags)' if flagged else ''
     lines.append(
-        f'{case} ({dtype}): GEMM ceilings XLA {doc["ceiling"][dtype] / 1e9:.0f} / torch '
-        f'{peer_ceiling[dtype] / 1e9:.0f} GFLOP/s; the peer trains at '
+        f'{case} ({dtype}): GEMM ceilings XLA {doc["ceiling"][dtype] / 1e9:.0f}{under_flags} / '
+        f'torch {peer_ceiling[dtype] / 1e9:.0f} GFLOP/s; the peer trains at '
         f'{peer_rate / 1e9:.0f} GFLOP/s, so 1.5x needs {need:.0%} of {gemm_name}\'s ceiling'
         f'{_TORCH_GEMM_NOTE if side == "peer" else ""}: {verdict}')
-    gemm = step_gemm_seconds(doc, c.get('spec', {}).get('float32_case') or case, dtype, side)
+    gemm = step_gemm_seconds(doc, c.get('spec', {}).get('float32_case') or case, dtype, side,
+                             rates=flagged[1] if flagged else None)
     if gemm is not None:
       dense_s, dense_flops = gemm
       # the rest of the model FLOPs (attention's products) at no better than the n^3 ceiling
@@ -284,6 +294,9 @@ def ceiling_arithmetic(doc: dict) -> list[str]:
       then = (f'leaving {_secs(rest)} for the rest of the step (softmax, norms, optimizer), '
               f'which takes {_secs(rest_now)} now: {rest_now / rest:.1f}x faster needed'
               if rest > 0 else 'ruled out by the kernels')
+      if rest_now < 0:  # the products ran faster in the step than alone: no bound
+        then = (f'no bound: tx\'s step takes {_secs(txt["step_time_s"])}, less than its '
+                'products alone at these rates')
       lines.append(f'{case} ({dtype}): the step\'s own GEMMs at {gemm_name}\'s rates take '
                    f'{_secs(dense_s)} and its attention products at least '
                    f'{_secs(kernels - dense_s)}: {_secs(kernels)} of the {_secs(allowed)} a '
@@ -388,6 +401,16 @@ def _secs(s: float) -> str:
 
 
 _TORCH_GEMM_NOTE = " (tx's step runs torch's GEMM)"
+_TUNED_XLA = 'tuned XLA'  # XLA's GEMMs under the flags of `tx tune`'s choice
+
+
+def tuned_rates(case_doc: dict, dtype: str) -> tuple[float, dict] | None:
+  """(the n^3 ceiling, {product label: {dtype: FLOP/s}}) of XLA's GEMMs under the XLA flags
+  of `tx tune`'s choice for this case's step, timed alone by `tx bench --tune`
+  (`suite._time_under_tuned_flags`); None where the choice set no flags."""
+  tuned = case_doc.get('tuned') or {}
+  ceiling = (tuned.get('ceiling') or {}).get(dtype)
+  return (ceiling, tuned.get('gemms') or {}) if ceiling else None
 
 
 def runs_torch_gemm(case_doc: dict) -> bool:
@@ -407,12 +430,13 @@ def _runs_torch(case_doc: dict, key: str) -> bool:
   return 'torch' in (case_doc.get('spec', {}).get(key), tuned.get(key))
 
 
-def step_gemm_seconds(doc: dict, case: str, dtype: str, side: str = 'tx'):
+def step_gemm_seconds(doc: dict, case: str, dtype: str, side: str = 'tx',
+                      rates: dict | None = None):
   """(seconds, FLOPs) of `case`'s training-step products at the rates measured on `side`
-  ('tx': XLA's, 'peer': torch's; as `step_gemms` lists them), or None where not all of
-  them were timed."""
+  ('tx': XLA's, 'peer': torch's; as `step_gemms` lists them), or at `rates` ({label: {dtype:
+  FLOP/s}}, e.g. `tuned_rates`'), or None where not all of them were timed."""
   products = doc.get('step_gemms', {}).get(case)
-  rates = doc.get('gemms', {}).get(side, {})
+  rates = doc.get('gemms', {}).get(side, {}) if rates is None else rates
   if not products:
     return None
   seconds = flops = 0.0

@@ -256,6 +256,29 @@ def _measure_case(case, *, peers: bool, threads: int, say, ablate: bool = False,
   return out
 
 
+def _time_under_tuned_flags(case, result: dict, step_gemms: dict, ceiling_spec: dict,
+                            threads: int) -> None:
+  """Where `tx tune`'s choice for a case's step sets XLA flags (which may run its products in
+  other kernels: oneDNN's, XLA's own without YNNPACK), the n^3 ceiling and the step's
+  products timed alone again under those flags, in the case's dtype, into result['tuned']
+  ('ceiling': {dtype: FLOP/s}, 'gemms': {label: {dtype: FLOP/s}}): the rates its step ran
+  at, for `report.ceiling_arithmetic`."""
+  flags = (result.get('tuned') or {}).get('xla_flags')
+  products = step_gemms.get(case.spec.get('float32_case') or case.name)
+  if not flags or not products:
+    return
+  key, dtype = case.spec.get('float32_case') or case.name, case.spec.get('dtype', 'float32')
+  spec = dict(ceiling_spec, dtypes=(dtype,),
+              gemms=[[f'{key}: {label}', m, k, n, t] for label, m, k, n, t, _ in products])
+  try:
+    rates = run_isolated(f'{TX}:ceiling', spec, threads=threads, env={'XLA_FLAGS': flags})
+  except BenchError as e:  # the arithmetic then stays at XLA's default rates, and says so
+    result['tuned']['gemms_error'] = str(e)
+    return
+  result['tuned']['ceiling'] = {dtype: rates[f'{dtype}_flops']}
+  result['tuned']['gemms'] = rates.get('gemms', {})
+
+
 def run(cases, *, peers: bool = True, threads: int = 2, say=print, ceiling_n: int = 2048,
         ablate_attention: bool = False, rounds: int = 1, platform: str = 'cpu',
         peer_compile: bool = False, tune: bool = False, on_case=None,
@@ -317,6 +340,8 @@ def run(cases, *, peers: bool = True, threads: int = 2, say=print, ceiling_n: in
     if on_case:
       on_case({'machine': info, 'ceilings': ceilings, 'cases': results, 'rounds': rounds,
                'order': order, 'partial': True, 'wall_s': time.time() - start})
+  for case in cases:
+    _time_under_tuned_flags(case, results[case.name], step_gemms, ceiling_spec, threads)
   ceilings.append(run_isolated(f'{TX}:ceiling', ceiling_spec, threads=threads,
                                platform=platform))
   ceilings[-1].pop('device', None)

@@ -595,13 +595,15 @@ def time_step(spec: dict) -> dict:
   """Worker (run in its own process by `tune`): compiles spec['config']'s training step
   (`compiled_step`) and times it on synthetic batches of its shapes. Returns step_time_s
   (median over the calls that make spec['steps'] timed steps, after those that make
-  spec['warmup']; a call of K steps counts as K steps of a K-th of its time),
+  spec['warmup'], at least one, as `time_twins` has: a program's first call pays for its
+  buffers; a call of K steps counts as K steps of a K-th of its time),
   step_time_min_s, step_times_s (every timed call's), compile_s, platform, attention_impl,
   matmul_impl, norm_impl (after spec['model_overrides']), steps_per_call (after
   spec['train_overrides']), xla_flags, pid (the measuring process)."""
   compiled, state, batch, cfg, compile_s = compiled_step(spec)
   per_call = cfg.train.per_call
-  state, _ = _timed_calls(compiled, state, batch, per_call, _calls(spec['warmup'], per_call))
+  state, _ = _timed_calls(compiled, state, batch, per_call,
+                          max(1, _calls(spec['warmup'], per_call)))
   _, times = _timed_calls(compiled, state, batch, per_call, _calls(spec['steps'], per_call))
   return _timing(times, compile_s, cfg)
 
