@@ -434,7 +434,7 @@ def step_gemm_seconds(doc: dict, case: str, dtype: str, side: str = 'tx',
                       rates: dict | None = None):
   """(seconds, FLOPs) of `case`'s training-step products at the rates measured on `side`
   ('tx': XLA's, 'peer': torch's; as `step_gemms` lists them), or at `rates` ({label: {dtype:
-  FLOP/s}}, e.g. `tuned_rates`'), or None where not all of them were timed."""
+  FLOP/s}}, e.g. from `tuned_rates`), or None where not all of them were timed."""
   products = doc.get('step_gemms', {}).get(case)
   rates = doc.get('gemms', {}).get(side, {}) if rates is None else rates
   if not products:

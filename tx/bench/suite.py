@@ -264,15 +264,15 @@ def _time_under_tuned_flags(case, result: dict, step_gemms: dict, ceiling_spec: 
   ('ceiling': {dtype: FLOP/s}, 'gemms': {label: {dtype: FLOP/s}}): the rates its step ran
   at, for `report.ceiling_arithmetic`."""
   flags = (result.get('tuned') or {}).get('xla_flags')
-  products = step_gemms.get(case.spec.get('float32_case') or case.name)
+  key = case.spec.get('float32_case') or case.name  # a bf16 case: its float32 case's shapes
+  products, dtype = step_gemms.get(key), case.spec.get('dtype', 'float32')
   if not flags or not products:
     return
-  key, dtype = case.spec.get('float32_case') or case.name, case.spec.get('dtype', 'float32')
   spec = dict(ceiling_spec, dtypes=(dtype,),
               gemms=[[f'{key}: {label}', m, k, n, t] for label, m, k, n, t, _ in products])
   try:
     rates = run_isolated(f'{TX}:ceiling', spec, threads=threads, env={'XLA_FLAGS': flags})
-  except BenchError as e:  # the arithmetic then stays at XLA's default rates, and says so
+  except BenchError as e:  # the arithmetic keeps the run's own rates; the JSON says why
     result['tuned']['gemms_error'] = str(e)
     return
   result['tuned']['ceiling'] = {dtype: rates[f'{dtype}_flops']}
