@@ -65,6 +65,10 @@ CANDIDATES = {
     # oneDNN's fusions for the dots (its AMX / avx512_bf16 GEMMs), YNNPACK out of their way
     'onednn_dots': ('--xla_cpu_experimental_onednn_fusion_type=dot '
                     '--xla_cpu_experimental_ynn_fusion_type='),
+    # the same, with YNNPACK kept for the reductions: without it XLA rewrites a bias
+    # gradient's column sum into a reduce-window, 17x slower (benchmarks/NOTES.md, attempt 97)
+    'onednn_dots_ynn_reduce': ('--xla_cpu_experimental_onednn_fusion_type=dot '
+                               '--xla_cpu_experimental_ynn_fusion_type=reduce'),
     'ynn_dots_only': '--xla_cpu_experimental_ynn_fusion_type=dot',
     'ynn_off': '--xla_cpu_experimental_ynn_fusion_type=',
 }
