@@ -100,6 +100,42 @@ def test_an_op_without_an_op_name_takes_its_operands_category():
   assert got['add.1'][0] == 'attention'  # its first operand with a category
 
 
+def test_instructions_that_ran_without_a_span_are_counted_by_category():
+  """A thunk that leaves no trace span (oneDNN's fusions in jax 0.10) is counted under its
+  category, and the report says its rows read short; a fusion's body and a computation the
+  step never ran (nothing of it traced) are not."""
+  hlo = '\n'.join([
+      '%fused_dot (p0: f32[8,4], p1: f32[8,4]) -> f32[8,8] {',
+      '  %p0 = f32[8,4]{1,0} parameter(0)',
+      '  %p1 = f32[8,4]{1,0} parameter(1)',
+      '  ROOT %dot.2 = f32[8,8]{1,0} dot(%p0, %p1), lhs_contracting_dims={1}, '
+      'rhs_contracting_dims={1}',
+      '}',
+      '%unrun (x: f32[]) -> f32[] {',
+      '  %x = f32[] parameter(0)',
+      '  ROOT %negate.9 = f32[] negate(%x)',
+      '}',
+      'ENTRY %main (a: f32[8,4]) -> (f32[8,8], f32[8,4]) {',
+      '  %a = f32[8,4]{1,0} parameter(0)',
+      '  %onednn_fusion.1 = f32[8,8]{1,0} fusion(%a, %a), kind=kCustom, calls=%fused_dot',
+      '  %exp.1 = f32[8,4]{1,0} exponential(%a)',
+      '  %copy.1 = f32[8,4]{0,1} copy(%exp.1)',
+      '  ROOT %t = (f32[8,8]{1,0}, f32[8,4]{0,1}) tuple(%onednn_fusion.1, %copy.1)',
+      '}', ''])
+  categories = profile.hlo_categories(hlo)
+  got = profile.untraced(hlo, {'exp.1', 'copy.1'}, categories)
+  assert got == {'per_category': {'dense GEMM': 1}, 'examples': [['onednn_fusion.1',
+                                                                  'dense GEMM']]}
+  assert profile.untraced(hlo, {'exp.1', 'copy.1', 'onednn_fusion.1'}, categories) == {
+      'per_category': {}, 'examples': []}
+  tx = {'step_s': 0.01, 'unprofiled_step_s': 0.01, 'system_s': 0.0, 'faults': 0.0,
+        'per_category_ms': dict.fromkeys(profile.CATEGORIES, 1.0), 'all_ops_ms': 4.0,
+        'busy_ms': [4.0], 'top': {}, 'unmatched': [], 'untraced': got}
+  text = profile.table({'machine': {'host': {}, 'threads': 2}, 'cases': {'c': {'tx': tx}}})
+  assert 'no op traced for 6.0 ms of the step' in text
+  assert 'dense GEMM 1 (e.g. onednn_fusion.1)' in text
+
+
 @pytest.mark.parametrize('key, parents, kind', [
     ('aten::mm', ['autograd::engine::evaluate_function: MmBackward0'], 'dense GEMM'),
     ('aten::addmm', [], 'dense GEMM'),
