@@ -9,7 +9,7 @@ the main heap is returned to the kernel when the call frees it, as soon as more 
 `glibc.malloc.trim_threshold` bytes are free at the heap's top, and the next call faults it
 in again (benchmarks/NOTES.md, attempts 24, 44, 51, 60 and 61). This script runs CASE's
 training call (as `tx tune` times it) `--calls` times in a fresh process per variant, in
-`--rounds` alternating rounds, and prints per call: seconds a step, minor page faults, system
+`--rounds` rounds (every other one in reverse order), and prints per call: seconds a step, minor page faults, system
 time, resident memory after the call and the process's peak. A variant is tx's tunables with
 some keys set otherwise, and environment variables set ('' = tx's own; default: tx's, and the
 trim threshold at 4 GiB). The first call (compilation's warmup) is not in the medians.
@@ -106,8 +106,8 @@ def main() -> None:
     _worker(args.case, args.calls)
     return
   medians: dict[str, list[float]] = {v: [] for v in args.variants}
-  for r in range(args.rounds):
-    for variant in args.variants:
+  for r in range(args.rounds):  # every other round in reverse: no variant always runs first
+    for variant in args.variants[::-1] if r % 2 else args.variants:
       result = _run(args.case, args.calls, variant, args.threads)
       steady = result['calls'][1:]
       median = statistics.median(c['step_s'] for c in steady)

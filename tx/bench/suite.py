@@ -298,7 +298,10 @@ def run(cases, *, peers: bool = True, threads: int = 2, say=print, ceiling_n: in
   first GPU, without the products and attention timed alone (CPU diagnoses). peer_compile:
   the training peers run forward and loss through torch.compile (decoding stays eager).
   tune: tx's side of each training case trains with `tx tune`'s cached choice for its step
-  (measured first where none is cached; `tuned.choice`), recorded in the case's 'tuned'.
+  (measured first where none is cached; `tuned.choice`), recorded in the case's 'tuned';
+  where the choice sets XLA flags, that also holds the n³ ceiling ('ceiling' {dtype: FLOP/s})
+  and the step's products ('gemms', or 'gemms_error') timed again under them
+  (`_time_under_tuned_flags`).
   on_case(doc): called after each case with the measurements so far ('partial': True), so
   that a run cut short (a time limit, a lent machine taken back) keeps what it measured."""
   start = time.time()
