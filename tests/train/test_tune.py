@@ -581,6 +581,67 @@ def test_a_per_call_twin_is_held_against_the_defaults_twin_too(tmp_path, monkeyp
   assert tune.choose(dict(medians, fast_4_per_call=0.75), 0.03) == 'fast_4_per_call'
 
 
+def _scripted_settings(monkeypatch, times: dict) -> list:
+  """Replaces the measuring process: a step's name is built from what reached it, 'torch_x'
+  for model overrides, 'fast' for the flag --f=1 ('default' for neither), '_4_per_call' for
+  4 steps a call; each takes its fixed time. Returns the (names) of each process in turn."""
+  calls = []
+  def fake(target, spec, *, threads, env):
+    trains = spec['train_variants'] if target == tune.TWIN_WORKER else [spec['train_overrides']]
+    setting = '_'.join(['torch_x'] * bool(spec['model_overrides'])
+                       + ['fast'] * ('--f=1' in env['XLA_FLAGS'])) or 'default'
+    names = [setting + ('_4_per_call' if train else '') for train in trains]
+    calls.append(names)
+    timed = [{'step_time_s': times[n], 'compile_s': 0.0} for n in names]
+    return {'variants': timed} if target == tune.TWIN_WORKER else timed[0]
+  monkeypatch.setattr(worker, 'run_isolated', fake)
+  return calls
+
+
+def test_the_fastest_flags_and_model_setting_are_then_timed_together(tmp_path, monkeypatch):
+  """With the default candidates, the fastest flag setting ('fast') and the fastest model
+  setting ('torch_x'), each ahead of the defaults, are timed together afterwards, as an
+  update against the choice and the defaults; the next tune has nothing to time. Named
+  candidates are timed as they are, and a pair without a flag setting that beats the
+  defaults is not made."""
+  x = {'model': {'attention_impl': 'torch'}}
+  small = {'default': '', 'fast': '--f=1', 'torch_x': x}
+  small |= {f'{n}_4_per_call': tune._with_per_call(c) for n, c in small.items()}
+  monkeypatch.setattr(tune, 'default_candidates', lambda cfg, host: dict(small))
+  times = {'default': 1.0, 'default_4_per_call': 0.9, 'fast': 0.9, 'fast_4_per_call': 0.8,
+           'torch_x': 0.8, 'torch_x_4_per_call': 0.7, 'torch_x_fast': 0.7,
+           'torch_x_fast_4_per_call': 0.6}
+  calls = _scripted_settings(monkeypatch, times)
+  env, said = {'TX_CACHE_DIR': str(tmp_path)}, []
+  entry = tune.tune(_cfg(), rounds=1, env=env, say=said.append)
+  assert calls[3:] == [['default', 'default_4_per_call'], ['torch_x', 'torch_x_4_per_call'],
+                       ['torch_x_fast', 'torch_x_fast_4_per_call']]
+  assert any('the fastest flag setting under the fastest model setting: torch_x_fast, '
+             'torch_x_fast_4_per_call; timing default, torch_x, default_4_per_call, '
+             'torch_x_4_per_call, torch_x_fast, torch_x_fast_4_per_call' in line
+             for line in said), said
+  assert entry['choice'] == 'torch_x_fast_4_per_call' and entry['xla_flags'] == '--f=1'
+  assert entry['model_overrides'] == {'attention_impl': 'torch'}
+  assert entry['train_overrides'] == {'steps_per_call': 4}
+  assert entry['earlier']['choice'] == 'torch_x_4_per_call'
+  assert set(entry['candidates']) == set(small) | {'torch_x_fast', 'torch_x_fast_4_per_call'}
+  calls.clear()
+  assert tune.tune(_cfg(), env=env, say=said.append) == entry and not calls
+  assert 'cached choice' in said[-1]
+  # the nominees may come from the entry the latest one updated (by their gain there)
+  assert list(tune.crossed({'timings': {'default': 1.0, 'fast': 0.9},
+                            'earlier': {'timings': {'default': 2.0, 'torch_x': 1.0}}},
+                           small)) == ['torch_x_fast', 'torch_x_fast_4_per_call']
+  # named candidates: exactly those; no flag setting ahead of the defaults: no pair
+  calls.clear()
+  tune.tune(_cfg(), candidates=small, rounds=1, env=env, force=True, say=said.append)
+  assert len(calls) == 3
+  calls.clear()
+  times.update(fast=1.0, fast_4_per_call=0.9)
+  entry = tune.tune(_cfg(), rounds=1, env=env, force=True, say=said.append)
+  assert len(calls) == 3 and entry['choice'] == 'torch_x_4_per_call'
+
+
 def test_a_lone_candidate_gets_an_untimed_call_even_without_warmup(monkeypatch):
   """With --warmup 0 a program's first call (its buffers' first use) is still not timed, for
   a candidate timed alone as for twins (`time_twins`), so that the two are timed alike."""

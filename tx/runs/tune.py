@@ -31,7 +31,10 @@ kind, another jax or another model shape is measured afresh. An entry measured b
 candidate was added to tx (or changed) is brought up to date by the next `tx tune` (or
 `tx train --tune`, `tx bench --tune`): the new candidates are timed against the entry's
 choice and XLA's defaults, with their twins, not the whole set again (`update_set`); `tx
-train` without --tune uses such an entry and says which candidates it lacks. A mesh of
+train` without --tune uses such an entry and says which candidates it lacks. The flag and
+the model settings are timed apart; where the fastest of each beats the defaults, the two
+together (`crossed`: torch's kernels, say, with the flags that speed up XLA's remaining ops)
+are then timed the same way, as an update. A mesh of
 simulated devices is timed as one device with the whole batch (the same work on the same
 cores). One measurement per entry at a time: the processes of a job on one host (`tx train
 --tune` in each) wait for the first one's choice (a lock file beside the entry) instead of
@@ -282,6 +285,40 @@ def baselines(name: str, measured) -> list[str]:
   return ['default', per_call] if twin else ['default']
 
 
+def crossed(entry: dict, candidates: dict) -> dict:
+  """The fastest flag setting's XLA flags with the fastest model setting's model overrides,
+  where both beat XLA's defaults (`winners`, by their gain over the defaults measured
+  beside them, in the entry or the one it updated): one candidate named
+  '<model setting>_<flag setting>', with its PER_CALL twin where `candidates` hold the
+  defaults' twin. The settings are timed apart (a flag setting under torch's kernels was
+  never measured), yet the flags act on the XLA ops that torch's kernels leave. {} where
+  either is missing or the pair is in `candidates` already."""
+  gains = {}
+  for measured in [entry.get('earlier') or {}, entry]:  # the latest measurement wins
+    timings = measured.get('timings') or {}
+    skipped = measured.get('skipped') or {}
+    for name in winners(timings, entry.get('margin', 0.03), measured.get('rounds_timings')):
+      if 'default' in timings and name not in skipped and name in candidates:
+        gains[name] = timings['default'] / timings[name]
+
+  def fastest(flags: bool) -> str | None:
+    kind = [n for n in gains if bool(_setting(candidates[n])[0]) == flags
+            and bool(_setting(candidates[n])[1]) != flags]
+    return max(kind, key=gains.get, default=None)
+
+  with_flags, with_model = fastest(True), fastest(False)
+  if not with_flags or not with_model:
+    return {}
+  name = (f'{with_model.removesuffix(PER_CALL_SUFFIX)}_'
+          f'{with_flags.removesuffix(PER_CALL_SUFFIX)}')
+  pair = {'xla_flags': _setting(candidates[with_flags])[0],
+          'model': _setting(candidates[with_model])[1]}
+  out = {name: pair}
+  if 'default' + PER_CALL_SUFFIX in candidates:
+    out[name + PER_CALL_SUFFIX] = _with_per_call(pair)
+  return {} if untimed({'candidates': candidates}, out) == [] else out
+
+
 def tune(cfg, *, candidates=None, steps: int = 5, warmup: int = 2, rounds: int = 2,
          margin: float = 0.03, threads: int | None = None, force: bool = False, say=print,
          env=None) -> dict:
@@ -291,11 +328,15 @@ def tune(cfg, *, candidates=None, steps: int = 5, warmup: int = 2, rounds: int =
   docstring), and keeps `choose(median per candidate, margin, times per round)`. Writes and
   returns the cache entry: {'choice', 'xla_flags', 'timings': {name: median s/step over its
   rounds}, 'rounds_timings', 'skipped': {name: round lost}, 'runoff': [names], 'failed':
-  {name: why}, 'host', 'signature', ...}. A cached entry is returned as it is unless `force`."""
+  {name: why}, 'host', 'signature', ...}. A cached entry is returned as it is unless `force`,
+  or brought up to date where it lacks some of `candidates`. With the default candidates, the
+  fastest flag setting and the fastest model setting, where both beat the defaults, are then
+  timed together (`crossed`) as an update of the entry."""
   from tx.bench import host as host_lib  # pylint: disable=g-import-not-at-top
   from tx.config.base import ConfigError  # pylint: disable=g-import-not-at-top
   env = dict(os.environ if env is None else env)
   host = host_lib.probe(env)
+  cross = candidates is None  # named candidates are timed as they are
   candidates = dict(default_candidates(cfg, host) if candidates is None else candidates)
   if not candidates:
     raise ConfigError('tx tune: no candidate settings to time')
@@ -303,23 +344,34 @@ def tune(cfg, *, candidates=None, steps: int = 5, warmup: int = 2, rounds: int =
     raise ConfigError('tx tune: --steps and --rounds must be >= 1, --warmup >= 0 and --margin '
                       f'in [0, 1) (got {steps}, {rounds}, {warmup}, {margin})')
   path = entry_path(cfg, host, env)
+  measure = lambda timed, **kw: _measure(cfg, host, path, timed, steps, warmup, rounds, margin,
+                                         threads, say, env, **kw)
   with _measuring(path, say):
     cached = lookup(cfg, host, env)
     if cached is None or force:
-      return _measure(cfg, host, path, candidates, steps, warmup, rounds, margin, threads, say,
-                      env)
-    new = untimed(cached, candidates)
-    if not new:
+      entry, considered = measure(candidates), candidates
+    else:
+      # the entry's record stays whole where a few candidates are asked for
+      considered = candidates | {name: setting for name, setting in
+                                 cached.get('candidates', {}).items() if name not in candidates}
+      entry, new = cached, untimed(cached, candidates)
+      if new:
+        entry = _update(entry, considered, new, measure, say, f'the cached choice '
+                        f'{cached["choice"]!r} ({cached.get("measured_at")}) predates')
+    pair = crossed(entry, considered) if cross else {}
+    if pair:
+      entry = _update(entry, considered | pair, list(pair), measure, say,
+                      'the fastest flag setting under the fastest model setting:')
+    elif entry is cached:
       say(f'tx tune: cached choice {cached["choice"]!r} ({path}); --force measures again')
-      return cached
-    # the entry's record stays whole where a few candidates are asked for
-    considered = candidates | {name: setting for name, setting in
-                               cached.get('candidates', {}).items() if name not in candidates}
-    timed = update_set(cached, considered, new)
-    say(f'tx tune: the cached choice {cached["choice"]!r} ({cached.get("measured_at")}) '
-        f'predates {", ".join(new)}; timing {", ".join(timed)}')
-    return _measure(cfg, host, path, timed, steps, warmup, rounds, margin, threads, say, env,
-                    considered=considered, earlier=cached)
+    return entry
+
+
+def _update(entry: dict, considered: dict, new: list[str], measure, say, why: str) -> dict:
+  """`entry` brought up to date with the `new` names of `considered` (`update_set`)."""
+  timed = update_set(entry, considered, new)
+  say(f'tx tune: {why} {", ".join(new)}; timing {", ".join(timed)}')
+  return measure(timed, considered=considered, earlier=entry)
 
 
 def default_candidates(cfg, host: dict) -> dict:
