@@ -38,6 +38,7 @@ def test_tx_profile_sorts_the_steps_thunks_into_categories(xla_profile):
   assert max(got['per_category_ms'].values()) <= got['all_ops_ms'] <= step_ms * 1.01
   assert got['all_ops_ms'] > 0.2 * step_ms  # the trace's thunks are found in the HLO
   assert all(isinstance(name, str) and ms >= 0 for name, ms in got['unmatched'])
+  assert isinstance(got['async_dots'], int) and got['async_dots'] >= 0
   assert got['busy_ms'] and all(b > 0 for b in got['busy_ms'])
   json.dumps(got)
 
@@ -100,10 +101,10 @@ def test_an_op_without_an_op_name_takes_its_operands_category():
   assert got['add.1'][0] == 'attention'  # its first operand with a category
 
 
-def test_instructions_that_ran_without_a_span_are_counted_by_category():
-  """A thunk that leaves no trace span (oneDNN's fusions in jax 0.10) is counted under its
-  category, and the report says its rows read short; a fusion's body and a computation the
-  step never ran (nothing of it traced) are not."""
+def test_products_in_xlas_own_dot_thunk_are_counted_since_their_spans_read_short():
+  """A `dot` instruction's thunk completes asynchronously (jax 0.10): its span is the launch.
+  The report counts the traced ones and says that their rows read short; a dot inside a
+  fusion (YNNPACK's) is timed whole and not counted."""
   hlo = '\n'.join([
       '%fused_dot (p0: f32[8,4], p1: f32[8,4]) -> f32[8,8] {',
       '  %p0 = f32[8,4]{1,0} parameter(0)',
@@ -111,29 +112,23 @@ def test_instructions_that_ran_without_a_span_are_counted_by_category():
       '  ROOT %dot.2 = f32[8,8]{1,0} dot(%p0, %p1), lhs_contracting_dims={1}, '
       'rhs_contracting_dims={1}',
       '}',
-      '%unrun (x: f32[]) -> f32[] {',
-      '  %x = f32[] parameter(0)',
-      '  ROOT %negate.9 = f32[] negate(%x)',
-      '}',
-      'ENTRY %main (a: f32[8,4]) -> (f32[8,8], f32[8,4]) {',
+      'ENTRY %main (a: f32[8,4]) -> (f32[8,8], f32[8,8]) {',
       '  %a = f32[8,4]{1,0} parameter(0)',
-      '  %onednn_fusion.1 = f32[8,8]{1,0} fusion(%a, %a), kind=kCustom, calls=%fused_dot',
-      '  %exp.1 = f32[8,4]{1,0} exponential(%a)',
-      '  %copy.1 = f32[8,4]{0,1} copy(%exp.1)',
-      '  ROOT %t = (f32[8,8]{1,0}, f32[8,4]{0,1}) tuple(%onednn_fusion.1, %copy.1)',
+      '  %ynn_fusion.1 = f32[8,8]{1,0} fusion(%a, %a), kind=kCustom, calls=%fused_dot',
+      '  %dot.1 = f32[8,8]{1,0} dot(%a, %a), lhs_contracting_dims={1}, rhs_contracting_dims={1}',
+      '  ROOT %t = (f32[8,8]{1,0}, f32[8,8]{1,0}) tuple(%ynn_fusion.1, %dot.1)',
       '}', ''])
-  categories = profile.hlo_categories(hlo)
-  got = profile.untraced(hlo, {'exp.1', 'copy.1'}, categories)
-  assert got == {'per_category': {'dense GEMM': 1}, 'examples': [['onednn_fusion.1',
-                                                                  'dense GEMM']]}
-  assert profile.untraced(hlo, {'exp.1', 'copy.1', 'onednn_fusion.1'}, categories) == {
-      'per_category': {}, 'examples': []}
+  assert profile.async_dots(hlo, {'ynn_fusion.1', 'dot.1'}) == 1
+  assert profile.async_dots(hlo, {'ynn_fusion.1'}) == 0
   tx = {'step_s': 0.01, 'unprofiled_step_s': 0.01, 'system_s': 0.0, 'faults': 0.0,
         'per_category_ms': dict.fromkeys(profile.CATEGORIES, 1.0), 'all_ops_ms': 4.0,
-        'busy_ms': [4.0], 'top': {}, 'unmatched': [], 'untraced': got}
-  text = profile.table({'machine': {'host': {}, 'threads': 2}, 'cases': {'c': {'tx': tx}}})
-  assert 'no op traced for 6.0 ms of the step' in text
-  assert 'dense GEMM 1 (e.g. onednn_fusion.1)' in text
+        'busy_ms': [4.0], 'top': {}, 'unmatched': [], 'async_dots': 1}
+  doc = {'machine': {'host': {}, 'threads': 2}, 'cases': {'c': {'tx': tx}}}
+  assert ("1 products ran in XLA's own dot thunk, whose spans cover the launch only: the dense "
+          'GEMM and attention rows read short, and no op was traced for 6.0 ms of the step'
+          in profile.table(doc))
+  tx['async_dots'] = 0
+  assert "XLA's own dot thunk" not in profile.table(doc)
 
 
 @pytest.mark.parametrize('key, parents, kind', [

@@ -12,10 +12,11 @@ torch's GEMM callback (tx/ops/torch_matmul.py), a dense GEMM; ops under a `*_nor
 torch's LayerNorm callbacks among them (tx/ops/torch_norm.py), the norms; ops outside the
 model's forward and backward the optimizer (and clipping).
 A category's time is the wall time during which any of its thunks ran (the union over
-XLA's threads): categories can overlap, so the column need not add up to the step. Some
-thunks leave no span (oneDNN's fusions under `--xla_cpu_experimental_onednn_fusion_type`, in
-jax 0.10): the report counts the step's instructions that ran unseen, by category, and the
-time no op was traced, since their rows read short.
+XLA's threads): categories can overlap, so the column need not add up to the step. A
+product that YNNPACK does not take runs in XLA's own dot thunk, which completes
+asynchronously: its span covers the launch only (jax 0.10: ~4 ms of a ~100-ms product), so
+where the step has such dots (XLA_FLAGS with YNNPACK off or oneDNN's dots) the GEMM row reads
+short; the report counts them and the time in which no op was traced.
 Peer (`peer_step`): `torch.profiler` around the same number of steps; a category is the self
 CPU time of its aten ops (run one after another on the main thread; everything inside
 `Optimizer.step`, and the gradient clipping's vector norms, is the optimizer's).
@@ -46,9 +47,6 @@ _OP_NAME = re.compile(r'op_name="([^"]*)"')
 _COMPUTATION = re.compile(r'^(?:ENTRY )?%([\w.\-]+) ')
 _CONTROL = ('while', 'call', 'conditional')  # thunks that contain others
 _NAME = re.compile(r'^[\w\-]+\.?[\w.\-]*$')  # an instruction's: no spaces, '::', '$' ('__': Python's)
-# instructions that make no thunk of their own (aliases, constants, tuples)
-_NO_THUNK = ('parameter', 'constant', 'get-tuple-element', 'tuple', 'bitcast', 'opt-barrier',
-             'after-all', 'add-dependency')
 
 
 def _computations(hlo: str) -> dict[str, list[str]]:
@@ -94,25 +92,11 @@ def hlo_categories(hlo: str) -> dict[str, tuple[str, str]]:
   return out
 
 
-def untraced(hlo: str, traced: set[str], categories: dict, n: int = 5) -> dict:
-  """The instructions of an optimized HLO module's text that ran without a trace span: those
-  of a computation the step ran (one with a traced instruction) that make a thunk but are not
-  among the `traced` span names. Such a thunk (oneDNN's fusions, in this jax) runs unseen,
-  and its category's row reads short. Returns {'per_category': {category: count},
-  'examples': [[name, category]] (the first n)}; categories: `hlo_categories`'s."""
-  per_category, examples = collections.Counter(), []
-  for lines in _computations(hlo).values():
-    ops = [m.groups() for m in map(_INSTRUCTION.match, lines) if m]
-    if not any(name in traced for name, _ in ops):
-      continue
-    for name, opcode in ops:
-      kind = categories.get(name, ('', ''))[0]
-      if name in traced or opcode in _NO_THUNK or kind in ('', 'control'):
-        continue
-      per_category[kind] += 1
-      if len(examples) < n:
-        examples.append([name, kind])
-  return {'per_category': dict(per_category), 'examples': examples}
+def async_dots(hlo: str, traced: set[str]) -> int:
+  """How many of the `traced` span names are `dot` instructions of an optimized HLO module's
+  text: products in XLA's own dot thunk, whose spans cover the launch, not the work."""
+  return sum(1 for lines in _computations(hlo).values() for m in map(_INSTRUCTION.match, lines)
+             if m and m.group(2) == 'dot' and m.group(1) in traced)
 
 
 def _inherit_categories(out: dict, unnamed: dict) -> None:
@@ -183,8 +167,8 @@ def tx_step(spec: dict) -> dict:
   {category: ms per step}, 'all_ops_ms' (some op running), 'busy_ms' (per thread that ran
   the step's ops, descending), 'top' {category: [[op, ms, op_name]]}, 'unmatched' (the 5
   longest trace spans named like an instruction but found in none: thunks this jax names
-  otherwise than its HLO, or the runtime's own), 'untraced' (the step's instructions that
-  left no span: `untraced`)}. spec: a case's, with 'profile_calls' (default
+  otherwise than its HLO, or the runtime's own), 'async_dots' (products whose spans cover
+  their launch only: `async_dots`)}. spec: a case's, with 'profile_calls' (default
   2) and 'profile_top' (4)."""
   from tx.bench import tx_side  # pylint: disable=g-import-not-at-top  (jax: the worker's)
   compiled, state, batch, cfg, _, _ = tx_side.compiled_train_step(spec)
@@ -248,8 +232,7 @@ def profile_compiled(compiled, state, batch, per_call: int, calls: int, top: int
           'busy_ms': sorted(busy.values(), reverse=True),
           'top': _top(per_op, lambda n: categories[n], top),
           'unmatched': unmatched.most_common(5),
-          'untraced': untraced(hlo, {e.get('name') for e in events if e.get('ph') == 'X'},
-                               categories)}
+          'async_dots': async_dots(hlo, {e.get('name') for e in events if e.get('ph') == 'X'})}
 
 
 def _ancestors(event) -> list[str]:
@@ -344,11 +327,10 @@ def table(doc: dict) -> str:
     lines.append(f'tx: some op running {tx["all_ops_ms"]:.1f} ms of the step; '
                  f'{len(tx["busy_ms"])} threads ran its ops, busy ms each '
                  + ', '.join(f'{b:.1f}' for b in tx['busy_ms'][:4]))
-    if tx.get('untraced', {}).get('per_category'):
-      lines.append(f'tx: no op traced for {tx["step_s"] * 1e3 - tx["all_ops_ms"]:.1f} ms of the '
-                   'step; instructions that ran without a trace span (their rows read short): '
-                   + ', '.join(f'{k} {c}' for k, c in tx['untraced']['per_category'].items())
-                   + ' (e.g. ' + ', '.join(n for n, _ in tx['untraced']['examples']) + ')')
+    if tx.get('async_dots'):
+      lines.append(f'tx: {tx["async_dots"]} products ran in XLA\'s own dot thunk, whose spans '
+                   'cover the launch only: the dense GEMM and attention rows read short, and no '
+                   f'op was traced for {tx["step_s"] * 1e3 - tx["all_ops_ms"]:.1f} ms of the step')
     if tx.get('unmatched'):
       lines.append('tx: thunk-like trace spans found in no HLO instruction (ms per step): '
                    + ', '.join(f'{n} {ms:.1f}' for n, ms in tx['unmatched']))
