@@ -632,6 +632,9 @@ def test_the_fastest_flags_and_model_setting_are_then_timed_together(tmp_path, m
   assert list(tune.crossed({'timings': {'default': 1.0, 'fast': 0.9},
                             'earlier': {'timings': {'default': 2.0, 'torch_x': 1.0}}},
                            small)) == ['torch_x_fast', 'torch_x_fast_4_per_call']
+  # ... unless the latest measured them again and they no longer beat the defaults
+  assert tune.crossed({'timings': {'default': 1.0, 'fast': 0.9, 'torch_x': 1.0},
+                       'earlier': {'timings': {'default': 2.0, 'torch_x': 1.0}}}, small) == {}
   # named candidates: exactly those; no flag setting ahead of the defaults: no pair
   calls.clear()
   tune.tune(_cfg(), candidates=small, rounds=1, env=env, force=True, say=said.append)

@@ -296,9 +296,11 @@ def crossed(entry: dict, candidates: dict) -> dict:
   gains = {}
   for measured in [entry.get('earlier') or {}, entry]:  # the latest measurement wins
     timings = measured.get('timings') or {}
-    skipped = measured.get('skipped') or {}
-    for name in winners(timings, entry.get('margin', 0.03), measured.get('rounds_timings')):
-      if 'default' in timings and name not in skipped and name in candidates:
+    kept = set(winners(timings, entry.get('margin', 0.03), measured.get('rounds_timings')))
+    kept -= set(measured.get('skipped') or {})
+    for name in timings:
+      gains.pop(name, None)
+      if name in kept and name in candidates and 'default' in timings:
         gains[name] = timings['default'] / timings[name]
 
   def fastest(flags: bool) -> str | None:
