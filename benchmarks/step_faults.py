@@ -9,10 +9,10 @@ the main heap is returned to the kernel when the call frees it, as soon as more 
 `glibc.malloc.trim_threshold` bytes are free at the heap's top, and the next call faults it
 in again (benchmarks/NOTES.md, attempts 24, 44, 51, 60 and 61). This script runs CASE's
 training call (as `tx tune` times it) `--calls` times in a fresh process per variant, in
-`--rounds` rounds (every other one in reverse order), and prints per call: seconds a step, minor page faults, system
-time, resident memory after the call and the process's peak. A variant is tx's tunables with
-some keys set otherwise, and environment variables set ('' = tx's own; default: tx's, and the
-trim threshold at 4 GiB). The first call (compilation's warmup) is not in the medians.
+`--rounds` rounds (every other one in reverse order), and prints per call: seconds a step,
+minor page faults, system time, resident memory after the call and the process's peak. A
+variant is tx's tunables with some keys set otherwise, and environment variables set ('' =
+tx's own; default: tx's, and the trim threshold at 4 GiB). The first call (compilation's warmup) is not in the medians.
 """
 
 from __future__ import annotations

@@ -15,8 +15,8 @@ A category's time is the wall time during which any of its thunks ran (the union
 XLA's threads): categories can overlap, so the column need not add up to the step. A
 product that YNNPACK does not take runs in XLA's own dot thunk, which completes
 asynchronously: its span covers the launch only (jax 0.10: ~4 ms of a ~100-ms product), so
-where the step has such dots (XLA_FLAGS with YNNPACK off or oneDNN's dots) the GEMM row reads
-short; the report counts them and the time in which no op was traced.
+where the step has such dots (XLA_FLAGS with YNNPACK off or oneDNN's dots) the GEMM and
+attention rows read short; the report counts them and the time in which no op was traced.
 Peer (`peer_step`): `torch.profiler` around the same number of steps; a category is the self
 CPU time of its aten ops (run one after another on the main thread; everything inside
 `Optimizer.step`, and the gradient clipping's vector norms, is the optimizer's).
