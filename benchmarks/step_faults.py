@@ -12,7 +12,8 @@ training call (as `tx tune` times it) `--calls` times in a fresh process per var
 `--rounds` rounds (every other one in reverse order), and prints per call: seconds a step,
 minor page faults, system time, resident memory after the call and the process's peak. A
 variant is tx's tunables with some keys set otherwise, and environment variables set ('' =
-tx's own; default: tx's, and the trim threshold at 4 GiB). The first call (compilation's warmup) is not in the medians.
+tx's own; default: tx's, and the trim threshold at 4 GiB). The first call (compilation's
+warmup) is not in the medians.
 """
 
 from __future__ import annotations
