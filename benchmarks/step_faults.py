@@ -1,6 +1,6 @@
 """What the step buffer's page faults cost a `tx bench` case, under variants of tx's glibc tunables.
 
-  python benchmarks/step_faults.py [CASE] [--calls 6] [--rounds 2]
+  python benchmarks/step_faults.py [CASE] [--calls 6] [--rounds 2] [--per-call K]
   python benchmarks/step_faults.py gpt_6l --variants '' glibc.malloc.arena_max=1
 
 XLA:CPU allocates a training call's scratch buffer (`memory_analysis().temp_size_in_bytes`)
@@ -12,8 +12,9 @@ training call (as `tx tune` times it) `--calls` times in a fresh process per var
 `--rounds` rounds (every other one in reverse order), and prints per call: seconds a step,
 minor page faults, system time, resident memory after the call and the process's peak. A
 variant is tx's tunables with some keys set otherwise, and environment variables set ('' =
-tx's own; default: tx's, and the trim threshold at 4 GiB). The first call (compilation's
-warmup) is not in the medians.
+tx's own; default: tx's, and the trim threshold at 4 GiB). `--per-call K` runs K steps a
+call (train.steps_per_call, as a tune's `_4_per_call` twin does). The first call
+(compilation's warmup) is not in the medians.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ MARK = 'STEP_FAULTS '
 TX_OWN = "tx's tunables"
 
 
-def _worker(case: str, calls: int) -> None:
+def _worker(case: str, calls: int, per_call: int | None) -> None:
   import jax  # pylint: disable=g-import-not-at-top
   from tx.bench.cases import SUITE  # pylint: disable=g-import-not-at-top
   from tx.bench.tuned import step_config  # pylint: disable=g-import-not-at-top
@@ -42,7 +43,9 @@ def _worker(case: str, calls: int) -> None:
     raise SystemExit(f'unknown case {case!r}: pick one of '
                      + ', '.join(c.name for c in SUITE if 'train' in c.kinds))
   cfg = tune.one_device_config(step_config(spec))
-  compiled, state, batch, cfg, _ = tune.compiled_step({'config': to_dict(cfg)})
+  train = {'steps_per_call': per_call} if per_call else {}
+  compiled, state, batch, cfg, _ = tune.compiled_step({'config': to_dict(cfg),
+                                                       'train_overrides': train})
   temp = compiled.memory_analysis().temp_size_in_bytes
   rows = []
   for _ in range(calls):
@@ -79,12 +82,13 @@ def variant_env(variant: str) -> dict[str, str]:
   return env
 
 
-def _run(case: str, calls: int, variant: str, threads: int) -> dict:
+def _run(case: str, calls: int, variant: str, threads: int, per_call: int | None) -> dict:
   env = dict(os.environ, TX_MALLOC_TUNING='0', JAX_PLATFORMS='cpu', OMP_NUM_THREADS=str(threads),
              MKL_NUM_THREADS=str(threads), TX_TUNE='0')
   env.update(variant_env(variant))
-  proc = subprocess.run([sys.executable, __file__, case, '--worker', '--calls', str(calls)],
-                        env=env, capture_output=True, text=True, check=False)
+  per_call_args = ['--per-call', str(per_call)] if per_call else []
+  proc = subprocess.run([sys.executable, __file__, case, '--worker', '--calls', str(calls),
+                         *per_call_args], env=env, capture_output=True, text=True, check=False)
   lines = [l for l in proc.stdout.splitlines() if l.startswith(MARK)]
   if proc.returncode or not lines:
     raise SystemExit(f'{case} with {variant!r} failed: {proc.stderr.strip()[-1500:]}')
@@ -97,6 +101,8 @@ def main() -> None:
   parser.add_argument('--calls', type=int, default=6)
   parser.add_argument('--rounds', type=int, default=2)
   parser.add_argument('--threads', type=int, default=2)
+  parser.add_argument('--per-call', type=int, default=None,
+                      help="steps a call (default: the case's own)")
   parser.add_argument('--variants', nargs='+',
                       default=['', f'glibc.malloc.trim_threshold={4 << 30}'],
                       help="tunables set on top of tx's, e.g. glibc.malloc.arena_max=1, and "
@@ -104,12 +110,12 @@ def main() -> None:
   parser.add_argument('--worker', action='store_true', help=argparse.SUPPRESS)
   args = parser.parse_args()
   if args.worker:
-    _worker(args.case, args.calls)
+    _worker(args.case, args.calls, args.per_call)
     return
   medians: dict[str, list[float]] = {v: [] for v in args.variants}
   for r in range(args.rounds):  # every other round in reverse: no variant always runs first
     for variant in args.variants[::-1] if r % 2 else args.variants:
-      result = _run(args.case, args.calls, variant, args.threads)
+      result = _run(args.case, args.calls, variant, args.threads, args.per_call)
       steady = result['calls'][1:]
       median = statistics.median(c['step_s'] for c in steady)
       medians[variant].append(median)

@@ -448,6 +448,9 @@ def test_a_step_that_runs_torchs_gemm_is_bounded_by_torchs_rates():
   assert "GEMMs at torch's rates take 1.00 s" in torch[1] and '166.7 ms' in torch[1]
   assert report.runs_torch_gemm({'spec': {'matmul_impl': 'torch'}})
   assert not report.runs_torch_gemm({'spec': {}, 'tuned': {'model_overrides': None}})
+  widened = {'spec': {}, 'tuned': {'model_overrides': {'matmul_impl': 'torch_float32'}}}
+  assert report.runs_torch_gemm(widened) and report.runs_torch_float32_gemm(widened)
+  assert not report.runs_torch_float32_gemm({'spec': {'matmul_impl': 'torch'}})
 
 
 def test_attention_timed_alone_is_set_against_the_step_gap():
@@ -809,7 +812,9 @@ def test_the_own_ceiling_times_the_gemm_the_step_runs_on(monkeypatch):
   assert own_ceiling({'ceiling_n': 64}) == {'own_ceiling_flops': 1.0, 'own_ceiling_kernel': 'xla'}
   assert own_ceiling({'ceiling_n': 64, 'matmul_impl': 'torch'}) == {
       'own_ceiling_flops': 2.0, 'own_ceiling_kernel': 'torch'}
-  assert timed == [('xla', 'float32', 64), ('torch', 'float32', 64)]
+  # bf16 operands widened for torch's float32 GEMM: its float32 rate is the step's ceiling
+  own_ceiling({'ceiling_n': 64, 'dtype': 'bfloat16', 'matmul_impl': 'torch_float32'})
+  assert timed == [('xla', 'float32', 64), ('torch', 'float32', 64), ('torch', 'float32', 64)]
 
 
 def test_torchs_square_matmul_is_timed_in_the_dtype_asked(monkeypatch):

@@ -7,8 +7,8 @@ import sys
 import pytest
 
 from tx.config import ConfigError, ModelConfig
-from tx.config.choices import (BIAS, DTYPES, EMBEDDING, FFN_ACTIVATIONS, NONE, POSITION_KINDS,
-                               ROTARY)
+from tx.config.choices import (BIAS, DTYPES, EMBEDDING, FFN_ACTIVATIONS, MATMUL_IMPLS, NONE,
+                               POSITION_KINDS, ROTARY)
 from tx.layers.moe import MoELayerConfig
 
 
@@ -20,6 +20,7 @@ def test_config_choices_are_the_tables_keys():
   assert _choices(ModelConfig, 'position') == tuple(POSITION_KINDS)
   assert _choices(ModelConfig, 'ffn') == tuple(FFN_ACTIVATIONS)
   assert _choices(ModelConfig, 'dtype') == _choices(ModelConfig, 'param_dtype') == DTYPES
+  assert _choices(ModelConfig, 'matmul_impl') == ('auto', *MATMUL_IMPLS)
   assert set(POSITION_KINDS.values()) <= {EMBEDDING, ROTARY, BIAS, NONE}
 
 

@@ -111,6 +111,9 @@ def test_cached_decoding_runs_xlas_kernels(tm):
   cfg = tm.tiny('decoder', attention_impl='torch', matmul_impl='torch', norm_impl='torch')
   model = tx.build_model(cfg, decode=True)
   assert (model.cfg.attention_impl, model.cfg.matmul_impl, model.cfg.norm_impl) == ('auto',) * 3
+  widened = tm.tiny('decoder', attention_impl='torch_float32', matmul_impl='torch_float32')
+  assert tx.build_model(widened, decode=True).cfg.attention_impl == 'auto'
+  assert tx.build_model(widened, decode=True).cfg.matmul_impl == 'auto'
   _, variables = tm.build(cfg)
   from tx.decode.generate import generate_lm  # pylint: disable=import-outside-toplevel
   jaxpr = str(jax.make_jaxpr(lambda p: generate_lm(cfg, p, tm.TOKENS, jax.random.key(0),

@@ -38,5 +38,6 @@ def test_torch_attention_equals_xla_in_every_family(tm, family):
     (dict(attention_softcap=30.0), 'soft-cap'), (dict(attention_dropout=0.1), 'attention dropout')])
 def test_what_the_kernel_cannot_do_is_a_config_error(tm, setting, says):
   """T5 / ALiBi biases, a soft-cap and attention dropout: named when the config is made."""
-  with pytest.raises(tx.ConfigError, match=f"model.attention_impl.*no {says}"):
-    tm.tiny('decoder', attention_impl='torch', **setting)
+  for impl in ('torch', 'torch_float32'):
+    with pytest.raises(tx.ConfigError, match=f"model.attention_impl.*'{impl}'.*no {says}"):
+      tm.tiny('decoder', attention_impl=impl, **setting)

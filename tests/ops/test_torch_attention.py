@@ -1,5 +1,7 @@
 """implementation='torch': PyTorch's CPU flash kernel called from XLA, against the XLA path."""
 
+from unittest import mock
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -121,6 +123,25 @@ def test_bf16_inputs_give_bf16_output_and_gradients_close_to_f32():
   np.testing.assert_allclose(np.asarray(out16, np.float32), out32, atol=5e-2)
   for g16, g32 in zip(grads16, grads32):
     np.testing.assert_allclose(np.asarray(g16, np.float32), g32, atol=1e-1)
+
+
+def test_torch_float32_widens_bf16_inputs_and_returns_their_dtype():
+  """implementation='torch_float32': the kernel's float32 path on widened q, k, v, so the
+  output and gradients are the float32 kernel's on the same values, rounded to bf16."""
+  q, k, v = (x.astype(jnp.bfloat16) for x in _qkv(4, 2, seed=4))
+  mask = key_padding_mask(jnp.array([[1, 1, 1, 1, 1], [1, 1, 0, 0, 0]], bool))
+  out, grads = _values_and_grads('torch_float32', q, k, v, mask)
+  original = dot_product_attention
+  rounded = lambda *a, **kw: original(*a, **kw).astype(jnp.bfloat16)
+  with mock.patch(f'{__name__}.dot_product_attention', rounded):  # its cotangent rounded too
+    out32, grads32 = _values_and_grads('torch', *(x.astype(jnp.float32) for x in (q, k, v)),
+                                       mask)
+  assert out.dtype == jnp.bfloat16 and all(g.dtype == jnp.bfloat16 for g in grads)
+  np.testing.assert_array_equal(out, out32.astype(jnp.bfloat16))
+  for g, g32 in zip(grads, grads32):
+    np.testing.assert_array_equal(g, g32.astype(jnp.bfloat16))
+  with pytest.raises(ValueError, match="'torch_float32' takes no bias or soft-cap"):
+    dot_product_attention(q, k, v, implementation='torch_float32', softcap=30.0)
 
 
 @pytest.mark.parametrize('policy,forward_calls',

@@ -56,6 +56,26 @@ def test_bf16_returns_float32_like_the_xla_path_and_bf16_gradients():
                                rtol=2e-2, atol=5e-2)
 
 
+@pytest.mark.parametrize('dtype', [jnp.bfloat16, jnp.float16])
+def test_torch_float32_is_the_low_precision_product_with_float32_accumulation(dtype):
+  """impl='torch_float32': bf16 / f16 operands widened for torch's float32 GEMM. Their
+  products are exact in float32, so the result is XLA's float32 accumulator to float32
+  rounding (not torch's bf16 rounding), and the gradients are XLA's in the operands' dtype."""
+  x, w = _operands(dtype, shape=(4, 6, 64))
+  y_xla, g_xla = _value_and_grads('xla', x, w)
+  y_f32, g_f32 = _value_and_grads('torch_float32', x, w)
+  assert y_f32.dtype == jnp.float32
+  np.testing.assert_allclose(y_f32, y_xla, rtol=1e-5, atol=1e-5)
+  exact = np.asarray(x, np.float64) @ np.asarray(w, np.float64).reshape(64, -1)
+  np.testing.assert_allclose(np.asarray(y_f32).reshape(exact.shape), exact, atol=1e-4)
+  for a, b in zip(g_f32, g_xla):
+    assert a.dtype == b.dtype == dtype
+    np.testing.assert_allclose(np.asarray(a, np.float32), np.asarray(b, np.float32),
+                               rtol=1e-2, atol=1e-2)
+  jaxpr = str(jax.make_jaxpr(lambda x, w: matmul.dense(x, w, impl='torch_float32'))(x, w))
+  assert '_product_into' in jaxpr  # torch's GEMM ran it, not XLA's dot
+
+
 def test_a_remat_policy_that_saves_products_saves_torchs_too():
   """Under remat('dots_no_batch') the backward pass reuses the forward product: one forward
   callback per product in the jaxpr of the gradient, not two."""
@@ -72,6 +92,8 @@ def test_other_dtypes_and_a_missing_torch_are_one_line_errors(missing_torch_is_a
   with pytest.raises(ValueError, match="matmul_impl='torch' takes two float32 or two bfloat16"):
     matmul.dense(x, w, impl='torch')
   missing_torch_is_a_one_line_error(lambda: matmul.dense(*_operands(), impl='torch'))
+  with pytest.raises(ValueError, match="'torch_float32' takes two float32, two bfloat16 or"):
+    matmul.dense(*_operands(jnp.float32)[:1], _operands(jnp.bfloat16)[1], impl='torch_float32')
 
 
 def test_off_the_cpu_the_products_are_xlas_with_a_warning(monkeypatch):

@@ -37,7 +37,8 @@ def tuned(tmp_path_factory):
   candidates = {'default': '', 'onednn': ONEDNN}
   if importlib.util.find_spec('torch'):
     candidates.update(tune.MODEL_CANDIDATES)  # torch_attention, torch_matmul, both, + norms
-    del candidates['torch_matmul_norm']  # its settings reach the step as the others' do
+    for name in ('torch_matmul_norm', 'torch_float32_matmul', 'torch_float32_attention_matmul'):
+      del candidates[name]  # their settings reach the step as the others' do
   candidates['default_4_per_call'] = tune.known_candidates()['default_4_per_call']
   entry = tune.tune(_cfg(), candidates=candidates, steps=1, warmup=0, rounds=1, env=env,
                     say=said.append)
@@ -390,8 +391,9 @@ def test_model_candidates_are_timed_only_where_tx_chooses_the_setting(monkeypatc
                   'model.attention_softcap=30', 'model.attention_dropout=0.1'):
     assert set(tune.model_candidates(_cfg(setting))) == {'torch_matmul',
                                                          'torch_matmul_norm'}, setting
-  for setting in ('model.matmul_impl=xla', 'model.dtype=float16'):
-    assert set(tune.model_candidates(_cfg(setting))) == {'torch_attention'}, setting
+  assert set(tune.model_candidates(_cfg('model.matmul_impl=xla'))) == {'torch_attention'}
+  assert set(tune.model_candidates(_cfg('model.dtype=float16'))) == {
+      'torch_attention', 'torch_float32_matmul', 'torch_float32_attention_matmul'}
   # torch's norms only where tx chooses them and the norms are LayerNorms
   for setting in ('model.norm_impl=xla', 'model.norm=rmsnorm'):
     assert set(tune.model_candidates(_cfg(setting))) == {
@@ -403,6 +405,15 @@ def test_model_candidates_are_timed_only_where_tx_chooses_the_setting(monkeypatc
     got = set(tune.model_candidates(bf16, {'isa': isa}))
     assert ('torch_matmul' in got) == has and ('torch_attention_matmul' in got) == has, isa
   assert 'torch_matmul' in tune.model_candidates(_cfg(), {'isa': {'avx2': True}})  # float32
+  # torch's float32 GEMM on widened operands for bf16 / f16 models, on any host
+  for cfg, isa in ((bf16, {'avx2': True}), (bf16, {'avx512_bf16': True}),
+                   (_cfg('model.dtype=float16'), {})):
+    got = set(tune.model_candidates(cfg, {'isa': isa}))
+    assert {'torch_float32_matmul', 'torch_float32_attention_matmul'} <= got, isa
+  for cfg in (_cfg(), _cfg('model.dtype=bfloat16', 'model.matmul_impl=xla')):
+    assert 'torch_float32_matmul' not in tune.model_candidates(cfg)
+  assert 'torch_float32_attention_matmul' not in tune.model_candidates(
+      _cfg('model.dtype=bfloat16', 'model.attention_impl=xla'))
   monkeypatch.setattr(importlib.util, 'find_spec', lambda name: None)  # torch not installed
   assert tune.model_candidates(_cfg()) == {}
 
@@ -461,7 +472,9 @@ def test_per_call_candidates_are_timed_only_where_tx_chooses_the_setting(monkeyp
                                            **tune.MODEL_CANDIDATES})
   assert set(both) == {'default_4_per_call', 'onednn_4_per_call', 'torch_attention_4_per_call',
                        'torch_matmul_4_per_call', 'torch_attention_matmul_4_per_call',
-                       'torch_matmul_norm_4_per_call', 'torch_attention_matmul_norm_4_per_call'}
+                       'torch_matmul_norm_4_per_call', 'torch_attention_matmul_norm_4_per_call',
+                       'torch_float32_matmul_4_per_call',
+                       'torch_float32_attention_matmul_4_per_call'}
   assert both['onednn_4_per_call'] == {'xla_flags': ONEDNN, 'model': {},
                                        'train': {'steps_per_call': 4}}
   twin = tune._twin  # pylint: disable=protected-access

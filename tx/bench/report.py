@@ -268,7 +268,8 @@ def ceiling_arithmetic(doc: dict) -> list[str]:
       continue
     dtype = c.get('spec', {}).get('dtype', 'float32')
     side, gemm_name = ('peer', 'torch') if runs_torch_gemm(c) else ('tx', 'XLA')
-    ceiling = (peer_ceiling if side == 'peer' else doc['ceiling'])[dtype]
+    gemm_dtype = 'float32' if runs_torch_float32_gemm(c) else dtype
+    ceiling = (peer_ceiling if side == 'peer' else doc['ceiling'])[gemm_dtype]
     flagged = tuned_rates(c, dtype) if side == 'tx' else None
     if flagged:  # the rates under the flags tx's step ran with
       ceiling, gemm_name = flagged[0], _TUNED_XLA
@@ -283,8 +284,8 @@ def ceiling_arithmetic(doc: dict) -> list[str]:
         f'torch {peer_ceiling[dtype] / 1e9:.0f} GFLOP/s; the peer trains at '
         f'{peer_rate / 1e9:.0f} GFLOP/s, so 1.5x needs {need:.0%} of {gemm_name}\'s ceiling'
         f'{_TORCH_GEMM_NOTE if side == "peer" else ""}: {verdict}')
-    gemm = step_gemm_seconds(doc, c.get('spec', {}).get('float32_case') or case, dtype, side,
-                             rates=flagged[1] if flagged else None)
+    gemm = step_gemm_seconds(doc, c.get('spec', {}).get('float32_case') or case, gemm_dtype,
+                             side, rates=flagged[1] if flagged else None)
     if gemm is not None:
       dense_s, dense_flops = gemm
       # the rest of the model FLOPs (attention's products) at no better than the n^3 ceiling
@@ -415,8 +416,15 @@ def tuned_rates(case_doc: dict, dtype: str) -> tuple[float, dict] | None:
 
 def runs_torch_gemm(case_doc: dict) -> bool:
   """Whether tx's training step in this case ran its dense products in torch's GEMM: the
-  case's spec or `tx tune`'s choice (under 'tuned') set model.matmul_impl=torch."""
+  case's spec or `tx tune`'s choice (under 'tuned') set model.matmul_impl=torch or
+  torch_float32."""
   return _runs_torch(case_doc, 'matmul_impl')
+
+
+def runs_torch_float32_gemm(case_doc: dict) -> bool:
+  """Whether tx's step ran its dense products in torch's float32 GEMM on widened bf16 / f16
+  operands (model.matmul_impl=torch_float32, in the case's spec or `tx tune`'s choice)."""
+  return _setting(case_doc, 'matmul_impl') == 'torch_float32'
 
 
 def runs_torch_attention(case_doc: dict) -> bool:
@@ -426,8 +434,13 @@ def runs_torch_attention(case_doc: dict) -> bool:
 
 
 def _runs_torch(case_doc: dict, key: str) -> bool:
+  return (_setting(case_doc, key) or '').startswith('torch')
+
+
+def _setting(case_doc: dict, key: str) -> str | None:
+  """A model setting of tx's step: `tx tune`'s choice where it set `key`, else the spec's."""
   tuned = (case_doc.get('tuned') or {}).get('model_overrides') or {}
-  return 'torch' in (case_doc.get('spec', {}).get(key), tuned.get(key))
+  return tuned.get(key) or case_doc.get('spec', {}).get(key)
 
 
 def step_gemm_seconds(doc: dict, case: str, dtype: str, side: str = 'tx',

@@ -292,14 +292,16 @@ def train(spec: dict) -> dict:
 def _own_ceiling(spec: dict) -> dict:
   """On the CPU: {'own_ceiling_flops', 'own_ceiling_kernel'}: the median FLOP/s of 5 timed
   n^3 matmuls in the step's dtype, in this process, in the GEMM the step's dense products run
-  on ('xla', or 'torch' under matmul_impl='torch': against XLA's a torch-GEMM step can read
-  over 100 %), so that an MFU against it does not depend on how the host's speed moved
-  between the run's processes (the project's hosts move by a third between processes
-  minutes apart: benchmarks/NOTES.md, attempt 52). Empty elsewhere."""
+  on ('xla', or 'torch' under matmul_impl='torch', in float32 under 'torch_float32': against
+  XLA's a torch-GEMM step can read over 100 %), so that an MFU against it does not depend on
+  how the host's speed moved between the run's processes (the project's hosts move by a
+  third between processes minutes apart: benchmarks/NOTES.md, attempt 52). Empty
+  elsewhere."""
   if jax.default_backend() != 'cpu':
     return {}
   dtype, n = spec.get('dtype', 'float32'), spec.get('ceiling_n', 2048)
-  if spec.get('matmul_impl') == 'torch':
+  if spec.get('matmul_impl') in ('torch', 'torch_float32'):
+    dtype = 'float32' if spec['matmul_impl'] == 'torch_float32' else dtype
     kernel, rates = 'torch', torch_peers.square_mm_rates(torch_module(), dtype, n, 5)
   else:
     kernel, rates = 'xla', matmul_rates(dtype, n, 5)

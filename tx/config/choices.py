@@ -12,6 +12,7 @@ and what each name does is attached one level up, keyed by the same names:
   `ACTIVATIONS` in tx/layers/common.py (function name -> function), read by
   tx/layers/ffn.py and tx/layers/moe.py.
 - `DTYPES`, the dtype names `model.dtype`, `model.param_dtype` and the MoE layer accept.
+- `MATMUL_IMPLS`, the dense products' implementations the layers take (tx/ops/matmul.py).
 
 tests/config/test_choices.py and tests/models/test_choices.py check that the config
 accepts exactly these names, that every name has its builder or function one level up,
@@ -42,6 +43,10 @@ from __future__ import annotations
 from typing import NamedTuple
 
 DTYPES = ('float32', 'bfloat16', 'float16')
+# The dense layers' products (`model.matmul_impl` without 'auto'; tx/ops/matmul.py): XLA's,
+# torch's CPU GEMM in the operands' dtype, or torch's float32 GEMM on widened bf16 / f16
+# operands (exact products, float32 accumulation).
+MATMUL_IMPLS = ('xla', 'torch', 'torch_float32')
 
 # Position kinds: where a scheme enters the model.
 EMBEDDING = 'embedding'  # a [B, L, D] term added to the token embeddings

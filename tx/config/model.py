@@ -27,7 +27,7 @@ Unsupported combinations (each rejected with a message naming the field):
 from __future__ import annotations
 
 from tx.config.base import choice, config, fail, nested
-from tx.config.choices import DTYPES, FFN_ACTIVATIONS, POSITION_KINDS, ROTARY
+from tx.config.choices import DTYPES, FFN_ACTIVATIONS, MATMUL_IMPLS, POSITION_KINDS, ROTARY
 from tx.config.rope import RopeScalingConfig
 
 FAMILIES = ('decoder', 'encoder', 'encoder_decoder')
@@ -128,11 +128,15 @@ class ModelConfig:
   remat: str = choice(*REMAT_POLICIES)
   dtype: str = choice(*DTYPES)  # compute dtype
   param_dtype: str = choice(*DTYPES)
-  attention_impl: str = choice('auto', 'xla', 'einsum', 'cudnn', 'torch')
+  # 'torch': PyTorch's CPU flash kernel (tx/ops/torch_attention.py); 'torch_float32': the same
+  # on widened bf16 / f16 q, k, v. 'auto' is XLA's unless `tx tune` timed torch's faster.
+  attention_impl: str = choice('auto', 'xla', 'einsum', 'cudnn', 'torch', 'torch_float32')
   # The dense layers' products (projections, FFN, heads; not MoE experts): XLA's, or
-  # PyTorch's CPU GEMM through a callback ('torch', float32 / bfloat16; tx/ops/torch_matmul.py).
+  # PyTorch's CPU GEMM through a callback ('torch', float32 / bfloat16; tx/ops/torch_matmul.py),
+  # or its float32 GEMM on widened bf16 / f16 operands ('torch_float32': exact products,
+  # float32 accumulation, for hosts whose float32 GEMM outruns their bf16 one).
   # 'auto' is XLA's unless `tx tune` timed torch's faster on this host for this step.
-  matmul_impl: str = choice('auto', 'xla', 'torch')
+  matmul_impl: str = choice('auto', *MATMUL_IMPLS)
   # The model's LayerNorms (blocks, embeddings, heads; not per-head q/k norms): XLA's, or
   # PyTorch's CPU kernel through callbacks ('torch', model.norm=layernorm; tx/ops/torch_norm.py).
   # 'auto' is XLA's unless `tx tune` timed torch's faster on this host for this step.
@@ -153,8 +157,8 @@ class ModelConfig:
 
   @property
   def matmul(self) -> str:
-    """The dense products' implementation the layers get: 'torch' or 'xla'."""
-    return 'torch' if self.matmul_impl == 'torch' else 'xla'
+    """The dense products' implementation the layers get (one of MATMUL_IMPLS)."""
+    return 'xla' if self.matmul_impl == 'auto' else self.matmul_impl
 
   @property
   def norm_kernels(self) -> str:
@@ -224,9 +228,9 @@ class ModelConfig:
     if self.norm_impl == 'torch' and self.norm != 'layernorm':
       fail('model.norm_impl', "'torch' (PyTorch's CPU LayerNorm) takes model.norm=layernorm, "
            f'not {self.norm}; use xla or auto')
-    if self.attention_impl == 'torch' and self.torch_attention_conflict:
-      fail('model.attention_impl', f"'torch' (PyTorch's CPU flash kernel) takes no "
-           f'{self.torch_attention_conflict}; use xla or auto')
+    if self.attention_impl.startswith('torch') and self.torch_attention_conflict:
+      fail('model.attention_impl', f"{self.attention_impl!r} (PyTorch's CPU flash kernel) "
+           f'takes no {self.torch_attention_conflict}; use xla or auto')
     if self.scan_layers and self.is_moe and self.moe.every > 1:
       fail('model.scan_layers', 'scanned layers must be identical; use model.moe.every=1 '
            'or model.scan_layers=False')

@@ -7,6 +7,7 @@ import jax.numpy as jnp
 
 from tx import ops
 from tx.config.base import choice, config
+from tx.config.choices import MATMUL_IMPLS
 from tx.layers.common import constrain, dtype, partitioned
 from tx.ops.matmul import dense
 
@@ -31,7 +32,7 @@ class EmbedConfig:
   init_stddev: float | None = None  # None = d_model ** -0.5 (unit-norm rows)
   dtype: str = 'float32'
   param_dtype: str = 'float32'
-  matmul: str = choice('xla', 'torch')  # the tied output projection's product
+  matmul: str = choice(*MATMUL_IMPLS)  # the tied output projection's product
 
 
 class Embed(nn.Module):

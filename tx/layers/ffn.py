@@ -5,7 +5,7 @@ from __future__ import annotations
 import flax.linen as nn
 
 from tx.config.base import choice, config
-from tx.config.choices import FFN_ACTIVATIONS
+from tx.config.choices import FFN_ACTIVATIONS, MATMUL_IMPLS
 from tx.layers.common import activation, constrain, dense_layer, dropout
 
 
@@ -18,7 +18,7 @@ class FFNConfig:
   dropout: float = 0.0  # on the hidden activation (T5 style); sublayer dropout lives in Block
   dtype: str = 'float32'
   param_dtype: str = 'float32'
-  matmul: str = choice('xla', 'torch')  # the products (tx/ops/matmul.py)
+  matmul: str = choice(*MATMUL_IMPLS)  # the products (tx/ops/matmul.py)
 
 
 class FeedForward(nn.Module):

@@ -21,7 +21,8 @@ def build_model(cfg: ModelConfig, *, decode: bool = False) -> nn.Module:
   """The network for `cfg.family`; `decode=True` builds the cached-generation variant,
   which runs XLA's kernels where `cfg` asks for torch's (`TORCH_KERNEL_SETTINGS`)."""
   if decode:
-    cfg = cfg.replace(**{k: 'auto' for k in TORCH_KERNEL_SETTINGS if getattr(cfg, k) == 'torch'})
+    cfg = cfg.replace(**{k: 'auto' for k in TORCH_KERNEL_SETTINGS
+                         if getattr(cfg, k).startswith('torch')})
   if cfg.family == 'decoder':
     return DecoderOnly(cfg, decode=decode)
   if cfg.family == 'encoder':

@@ -10,6 +10,8 @@ Paths:
   'einsum'         the explicit path below; the only one with weights and dropout.
   'torch'          tx/ops/torch_attention.py: PyTorch's CPU flash kernel in a host
                    callback (no bias or soft-cap); chosen explicitly or by `tx tune`.
+  'torch_float32'  the same kernel in float32 on widened bf16 / f16 q, k, v, for hosts
+                   whose float32 kernels outrun their bf16 ones; out in q's dtype.
   'auto'           einsum if weights or dropout are requested; otherwise 'xla',
                    trying cuDNN first on GPU with bf16/fp16 inputs.
 
@@ -36,7 +38,8 @@ from tx import compat
 from tx.ops.torch_attention import torch_attention
 from tx.ops.xla_attention import masked_logits, weighted_values, xla_attention
 
-_IMPLEMENTATIONS = ('auto', 'xla', 'einsum', 'cudnn', 'torch')
+_IMPLEMENTATIONS = ('auto', 'xla', 'einsum', 'cudnn', 'torch', 'torch_float32')
+_TORCH = ('torch', 'torch_float32')
 # Finite, so a fully masked row stays NaN-free (softmax of equal values).
 _MASK_VALUE = -0.7 * float(np.finfo(np.float32).max)
 
@@ -52,10 +55,12 @@ def dot_product_attention(q_BLHD, k_BSKD, v_BSKD, *, mask=None, bias=None, scale
   mask: bool, broadcastable to [B, H, L, S] (True = may attend), or None.
   bias: float additive, broadcastable to [B, H, L, S], or None.
   scale: None -> 1/sqrt(D); a float otherwise (T5 passes 1.0).
-  implementation: 'auto' | 'xla' | 'einsum' | 'cudnn' | 'torch'. 'xla': XLA ops with a
-    hand-written backward (tx/ops/xla_attention.py); 'torch': PyTorch's CPU flash kernel
-    through a host callback (tx/ops/torch_attention.py; no bias or soft-cap; elsewhere than
-    on the CPU a warning and 'xla'); 'cudnn':
+  implementation: 'auto' | 'xla' | 'einsum' | 'cudnn' | 'torch' | 'torch_float32'. 'xla':
+    XLA ops with a hand-written backward (tx/ops/xla_attention.py); 'torch': PyTorch's CPU
+    flash kernel through a host callback (tx/ops/torch_attention.py; no bias or soft-cap;
+    elsewhere than on the CPU a warning and 'xla'); 'torch_float32': the same on q, k, v
+    widened to float32 (bf16 / f16 models: the softmax's probabilities meet v unrounded);
+    'cudnn':
     jax.nn.dot_product_attention(implementation='cudnn'); 'einsum' is the explicit
     path; 'auto' uses 'xla' ('cudnn' first on GPU with bf16/fp16 inputs, falling back
     to 'xla' when cuDNN refuses the call: tx.compat.is_cudnn_refusal; any other error
@@ -109,10 +114,10 @@ def dot_product_attention(q_BLHD, k_BSKD, v_BSKD, *, mask=None, bias=None, scale
   scale = 1.0 / float(np.sqrt(D)) if scale is None else scale
 
   use_dropout = dropout_rate > 0.0 and dropout_rng is not None
-  if implementation == 'torch' and (bias is not None or softcap):
-    raise ValueError("implementation='torch' takes no bias or soft-cap (T5 / ALiBi "
-                     "positions, Gemma-2); use 'xla' or 'auto'")
-  if implementation in ('xla', 'cudnn', 'torch') and (return_weights or use_dropout):
+  if implementation in _TORCH and (bias is not None or softcap):
+    raise ValueError(f"implementation={implementation!r} takes no bias or soft-cap (T5 / "
+                     "ALiBi positions, Gemma-2); use 'xla' or 'auto'")
+  if implementation in ('xla', 'cudnn', *_TORCH) and (return_weights or use_dropout):
     raise ValueError(f'implementation={implementation!r} cannot return weights or apply '
                      "dropout; use 'einsum' or 'auto'")
   if implementation == 'einsum' or (implementation == 'auto' and (return_weights or use_dropout)):
@@ -137,13 +142,16 @@ def dot_product_attention(q_BLHD, k_BSKD, v_BSKD, *, mask=None, bias=None, scale
     return out_BLHD
   if implementation == 'cudnn':
     return _cudnn_attention(q_BLHD, k_BSKD, v_BSKD, mask, bias, scale, causal=causal_blocks > 1)
-  if implementation == 'torch':
+  if implementation in _TORCH:
     if jax.default_backend() == 'cpu':
-      return torch_attention(q_BLHD, k_BSKD, v_BSKD, mask_unbroadcast, scale, _MASK_VALUE,
-                             causal=causal_blocks > 1)
+      widen = (lambda x: x.astype(jnp.float32)) if implementation == 'torch_float32' else (
+          lambda x: x)
+      out_BLHD = torch_attention(widen(q_BLHD), widen(k_BSKD), widen(v_BSKD), mask_unbroadcast,
+                                 scale, _MASK_VALUE, causal=causal_blocks > 1)
+      return out_BLHD.astype(q_BLHD.dtype)
     # the callback would be handed device buffers; a run tuned on a CPU still runs here
-    warnings.warn(f"implementation='torch' is a CPU path: on {jax.default_backend()} "
-                  "attention is XLA's", stacklevel=2)
+    warnings.warn(f"implementation={implementation!r} is a CPU path: on "
+                  f"{jax.default_backend()} attention is XLA's", stacklevel=2)
   return _causal_blocks(q_BLHD, k_BSKD, v_BSKD, mask, bias, scale, causal_blocks, softcap,
                         window)
 

@@ -21,7 +21,9 @@ rounds its input to bf16 anyway (benchmarks/NOTES.md, attempts 27 and 30). Layer
 values on in the compute dtype (attention's q/k/v, a block's output) round them there.
 
 `impl='torch'` sends the 2-D product (forward and both gradients) to PyTorch's CPU GEMM
-instead (tx/ops/torch_matmul.py), with the same float32 result for bf16 operands.
+instead (tx/ops/torch_matmul.py), with the same float32 result for bf16 operands;
+`impl='torch_float32'` multiplies bf16 / f16 operands there in float32 (exact products,
+float32 accumulation: the same arithmetic, in the kernel that is faster on some hosts).
 """
 
 from __future__ import annotations
@@ -47,7 +49,8 @@ def dense_dot_general(lhs, rhs, dimension_numbers, precision=None,
   docstring) unless `preferred_element_type` names their dtype, else as `jax.lax.dot_general`
   gives it. Any other `dimension_numbers` go to
   `jax.lax.dot_general` unchanged. Drop-in for flax's `nn.Dense(dot_general=...)`.
-  impl: 'xla', or 'torch' for torch's GEMM (float32 or bfloat16 operands).
+  impl: 'xla', 'torch' for torch's GEMM (float32 or bfloat16 operands), or
+  'torch_float32' for torch's float32 GEMM (bf16 / f16 operands widened: exact products).
   """
   (lhs_contract, rhs_contract), (lhs_batch, rhs_batch) = dimension_numbers
   k = len(lhs_contract)
@@ -60,8 +63,8 @@ def dense_dot_general(lhs, rhs, dimension_numbers, precision=None,
   lead, inner, out = lhs.shape[:-k], lhs.shape[-k:], rhs.shape[k:]
   lhs_2d = lhs.reshape(math.prod(lead), math.prod(inner))
   rhs_2d = rhs.reshape(math.prod(inner), math.prod(out))
-  if impl == 'torch' and not kwargs and preferred_element_type in (None, lhs.dtype):
-    y = torch_matmul(lhs_2d, rhs_2d)  # float32, as the bf16 branch below returns
+  if impl != 'xla' and not kwargs and preferred_element_type in (None, lhs.dtype):
+    y = torch_matmul(lhs_2d, rhs_2d, upcast=impl == 'torch_float32')  # float32, as below
     if preferred_element_type is not None or lhs.dtype == jnp.float32:
       y = y.astype(lhs.dtype)
   elif (lhs.dtype == rhs.dtype and lhs.dtype in _LOW_PRECISION and not kwargs
@@ -124,6 +127,6 @@ def dense(x, kernel, in_dims: int = 1, impl: str = 'xla', **kwargs):
 
 
 def dense_dot_general_for(impl: str):
-  """The `nn.Dense(dot_general=...)` that computes its products with `impl` ('xla' or
-  'torch')."""
+  """The `nn.Dense(dot_general=...)` that computes its products with `impl` (one of
+  tx.config.choices.MATMUL_IMPLS)."""
   return dense_dot_general if impl == 'xla' else functools.partial(dense_dot_general, impl=impl)

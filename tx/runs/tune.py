@@ -80,9 +80,12 @@ CANDIDATES = {
 # can beat XLA:CPU's one-core batched products (benchmarks/NOTES.md, attempt 47).
 # torch_matmul: the dense layers' products in PyTorch's CPU GEMM (tx/ops/torch_matmul.py),
 # ahead of XLA's on the Intel AMX host, most of all in bf16 (attempt 48);
-# torch_attention_matmul: both, where both apply. The norms in torch's kernels
-# (tx/ops/torch_norm.py) are timed with every other torch kernel that applies:
-# torch_attention_matmul_norm, or torch_matmul_norm where torch's attention does not apply.
+# torch_attention_matmul: both, where both apply. For bf16 / f16 models,
+# torch_float32_matmul: the products in torch's float32 GEMM on widened operands (the same
+# arithmetic; hosts with avx512_bf16 but no AMX multiply bf16 slower than float32, attempt
+# 99), and torch_float32_attention_matmul with torch's attention in float32 too. The norms
+# in torch's kernels (tx/ops/torch_norm.py) are timed with every other torch kernel that
+# applies: torch_attention_matmul_norm, or torch_matmul_norm where attention does not apply.
 MODEL_CANDIDATES = {
     'torch_attention': {'model': {'attention_impl': 'torch'}},
     'torch_matmul': {'model': {'matmul_impl': 'torch'}},
@@ -90,6 +93,9 @@ MODEL_CANDIDATES = {
     'torch_matmul_norm': {'model': {'matmul_impl': 'torch', 'norm_impl': 'torch'}},
     'torch_attention_matmul_norm': {'model': {'attention_impl': 'torch', 'matmul_impl': 'torch',
                                               'norm_impl': 'torch'}},
+    'torch_float32_matmul': {'model': {'matmul_impl': 'torch_float32'}},
+    'torch_float32_attention_matmul': {'model': {'attention_impl': 'torch_float32',
+                                                 'matmul_impl': 'torch_float32'}},
 }
 # train.steps_per_call timed beside 1 where the config leaves it to tx (None): XLA's defaults
 # and each model candidate, PER_CALL steps per compiled call. On the CPU a call's scratch
@@ -126,7 +132,10 @@ def model_candidates(cfg, host: dict | None = None) -> dict:
   record) not known to lack bf16 arithmetic (torch emulates a bf16 GEMM there, many times
   slower than XLA's); torch_attention_matmul where both apply; where norm_impl is 'auto'
   too (and the norms LayerNorms), the candidate with every one of them and torch's norms
-  (torch_attention_matmul_norm, or torch_matmul_norm where attention does not apply)."""
+  (torch_attention_matmul_norm, or torch_matmul_norm where attention does not apply); for a
+  bf16 / f16 model where matmul_impl is 'auto' (on any host: float32 arithmetic is
+  everywhere), torch_float32_matmul, and torch_float32_attention_matmul (both kernels in
+  float32) where torch's attention applies."""
   import importlib.util  # pylint: disable=g-import-not-at-top
   from tx.bench import host as host_lib  # pylint: disable=g-import-not-at-top
   if importlib.util.find_spec('torch') is None:
@@ -142,6 +151,11 @@ def model_candidates(cfg, host: dict | None = None) -> dict:
   if 'torch_matmul' in out and model.norm_impl == 'auto' and model.norm == 'layernorm':
     name = 'torch_attention_matmul_norm' if len(out) > 1 else 'torch_matmul_norm'
     out[name] = MODEL_CANDIDATES[name]
+  if model.matmul_impl == 'auto' and model.dtype in ('bfloat16', 'float16'):
+    out['torch_float32_matmul'] = MODEL_CANDIDATES['torch_float32_matmul']
+    if 'torch_attention' in out:
+      name = 'torch_float32_attention_matmul'
+      out[name] = MODEL_CANDIDATES[name]
   return out
 
 
@@ -163,8 +177,13 @@ def _with_per_call(candidate) -> dict:
 
 
 def known_candidates() -> dict:
-  """Every candidate `tx tune --candidates` may name."""
-  named = CANDIDATES | MODEL_CANDIDATES
+  """Every candidate `tx tune --candidates` may name: each flag and model setting, each model
+  setting under each flag setting ('<model>_<flags>', as `crossed` names its pair), and the
+  PER_CALL twin of each."""
+  pairs = {f'{model}_{flags}': {'xla_flags': CANDIDATES[flags],
+                                'model': dict(MODEL_CANDIDATES[model]['model'])}
+           for model in MODEL_CANDIDATES for flags in CANDIDATES if CANDIDATES[flags]}
+  named = CANDIDATES | MODEL_CANDIDATES | pairs
   return named | {f'{name}{PER_CALL_SUFFIX}': _with_per_call(c) for name, c in named.items()}
 
 
@@ -734,7 +753,10 @@ def cli(args, resolve) -> int:
     unknown = [c for c in args.candidates if c not in known]
     if unknown:
       from tx.errors import UserError  # pylint: disable=g-import-not-at-top
-      raise UserError(f'--candidates: unknown {", ".join(unknown)}; known: {", ".join(known)}')
+      raise UserError(f'--candidates: unknown {", ".join(unknown)}; name a flag setting '
+                      f'({", ".join(CANDIDATES)}), a model setting ({", ".join(MODEL_CANDIDATES)}),'
+                      f' a model setting under flags (<model>_<flags>), or any of these with '
+                      f'{PER_CALL_SUFFIX}')
     candidates = {c: known[c] for c in args.candidates}
   say = lambda m: print(m, file=sys.stderr, flush=True)
   _say_bf16_hint(cfg, say)
