@@ -107,6 +107,12 @@ SUITE = (
                                           matmul_impl='torch'),
          note="gpt_6l_bf16 with model.matmul_impl=torch: the dense products in PyTorch's "
               "CPU GEMM"),
+    # Where float32 kernels outrun bf16 ones (avx512_bf16 without AMX: NOTES attempt 99)
+    Case('gpt_6l_bf16_torch_float32',
+         _gpt(6, 6, 384, 256, 64, steps=5, warmup=1, dtype='bfloat16', float32_case='gpt_6l',
+              steps_per_call=4, attention_impl='torch_float32', matmul_impl='torch_float32'),
+         note="gpt_6l_bf16 with torch's attention and GEMM in float32 on widened operands "
+              "(model.*_impl=torch_float32) and train.steps_per_call=4"),
     # The larger seq2seq case runs scanned + dots_no_batch like gpt_6l, for the same reason
     # (less memory, no slower; benchmarks/NOTES.md); the small ones are overhead-bound.
     Case('seq2seq_small', _s2s(2, 4, 128, 32, 32, 1000, steps=10, warmup=2, **_S2S_DECODE),
@@ -185,7 +191,8 @@ def _timed_alone(cases, shapes) -> dict:
   torch's kernels or several steps per call has the shapes of its plain case, timed there."""
   return {c.spec.get('float32_case') or c.name: shapes(c.spec) for c in cases
           if c.spec.get('family') in ('decoder', 'encoder') and 'train' in c.kinds and c.peer
-          and 'torch' not in (c.spec.get('attention_impl'), c.spec.get('matmul_impl'))
+          and not any(str(c.spec.get(k)).startswith('torch')
+                      for k in ('attention_impl', 'matmul_impl'))
           and c.spec.get('steps_per_call', 1) == 1}
 
 
