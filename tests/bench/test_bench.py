@@ -448,6 +448,12 @@ def test_a_step_that_runs_torchs_gemm_is_bounded_by_torchs_rates():
   assert "GEMMs at torch's rates take 1.00 s" in torch[1] and '166.7 ms' in torch[1]
   assert report.runs_torch_gemm({'spec': {'matmul_impl': 'torch'}})
   assert not report.runs_torch_gemm({'spec': {}, 'tuned': {'model_overrides': None}})
+  doc['cases']['gpt_6l']['tuned'] = {'model_overrides': {'matmul_impl': 'torch_float32'}}
+  doc['cases']['gpt_6l']['spec']['dtype'] = 'bfloat16'  # bf16 operands, torch's float32 rates
+  doc['ceiling']['bfloat16'] = doc['peer_ceiling']['bfloat16'] = 10e9
+  widened = report.ceiling_arithmetic(doc)[:2]
+  assert "31% of torch's ceiling (tx's step runs torch's GEMM) in float32, 120 GFLOP/s" in (
+      widened[0]) and "GEMMs at torch's rates take 1.00 s" in widened[1]
   widened = {'spec': {}, 'tuned': {'model_overrides': {'matmul_impl': 'torch_float32'}}}
   assert report.runs_torch_gemm(widened) and report.runs_torch_float32_gemm(widened)
   assert not report.runs_torch_float32_gemm({'spec': {'matmul_impl': 'torch'}})

@@ -224,6 +224,19 @@ def test_tx_train_applies_the_cached_choice(tmp_path):
   assert off.returncode == 0 and 'XLA settings' not in off.stdout
 
 
+def test_candidates_may_name_a_model_setting_under_flags():
+  """`tx tune --candidates` names what the cross stage times: '<model>_<flags>', and its
+  4-steps-per-call twin."""
+  known = tune.known_candidates()
+  pair = known['torch_float32_attention_matmul_onednn_dots_ynn_reduce_4_per_call']
+  assert pair == {'xla_flags': tune.CANDIDATES['onednn_dots_ynn_reduce'],
+                  'model': {'attention_impl': 'torch_float32', 'matmul_impl': 'torch_float32'},
+                  'train': {'steps_per_call': 4}}
+  assert known['torch_attention_ynn_off'] == {
+      'xla_flags': tune.CANDIDATES['ynn_off'], 'model': {'attention_impl': 'torch'}}
+  assert 'torch_attention_default' not in known  # the defaults set no flags: the setting alone
+
+
 @pytest.mark.parametrize('argv, says', [
     (['tune', 'demo', '--candidates', 'nosuch'], 'unknown nosuch'),
     (['tune', 'demo', '--steps', '0'], '--steps and --rounds must be >= 1'),

@@ -283,7 +283,8 @@ def ceiling_arithmetic(doc: dict) -> list[str]:
         f'{case} ({dtype}): GEMM ceilings XLA {doc["ceiling"][dtype] / 1e9:.0f}{under_flags} / '
         f'torch {peer_ceiling[dtype] / 1e9:.0f} GFLOP/s; the peer trains at '
         f'{peer_rate / 1e9:.0f} GFLOP/s, so 1.5x needs {need:.0%} of {gemm_name}\'s ceiling'
-        f'{_TORCH_GEMM_NOTE if side == "peer" else ""}: {verdict}')
+        f'{_TORCH_GEMM_NOTE if side == "peer" else ""}'
+        f'{_WIDENED_NOTE.format(ceiling / 1e9) if gemm_dtype != dtype else ""}: {verdict}')
     gemm = step_gemm_seconds(doc, c.get('spec', {}).get('float32_case') or case, gemm_dtype,
                              side, rates=flagged[1] if flagged else None)
     if gemm is not None:
@@ -402,6 +403,7 @@ def _secs(s: float) -> str:
 
 
 _TORCH_GEMM_NOTE = " (tx's step runs torch's GEMM)"
+_WIDENED_NOTE = ' in float32, {:.0f} GFLOP/s (model.matmul_impl=torch_float32)'
 _TUNED_XLA = 'tuned XLA'  # XLA's GEMMs under the flags of `tx tune`'s choice
 
 
