@@ -7,8 +7,8 @@ import sys
 import pytest
 
 from tx.config import ConfigError, ModelConfig
-from tx.config.choices import (BIAS, DTYPES, EMBEDDING, FFN_ACTIVATIONS, MATMUL_IMPLS, NONE,
-                               POSITION_KINDS, ROTARY)
+from tx.config.choices import (ATTENTION_IMPLS, BIAS, DTYPES, EMBEDDING, FFN_ACTIVATIONS,
+                               MATMUL_IMPLS, NONE, POSITION_KINDS, ROTARY)
 from tx.layers.moe import MoELayerConfig
 
 
@@ -21,6 +21,7 @@ def test_config_choices_are_the_tables_keys():
   assert _choices(ModelConfig, 'ffn') == tuple(FFN_ACTIVATIONS)
   assert _choices(ModelConfig, 'dtype') == _choices(ModelConfig, 'param_dtype') == DTYPES
   assert _choices(ModelConfig, 'matmul_impl') == ('auto', *MATMUL_IMPLS)
+  assert _choices(ModelConfig, 'attention_impl') == ('auto', *ATTENTION_IMPLS)
   assert set(POSITION_KINDS.values()) <= {EMBEDDING, ROTARY, BIAS, NONE}
 
 

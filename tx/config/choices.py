@@ -13,6 +13,7 @@ and what each name does is attached one level up, keyed by the same names:
   tx/layers/ffn.py and tx/layers/moe.py.
 - `DTYPES`, the dtype names `model.dtype`, `model.param_dtype` and the MoE layer accept.
 - `MATMUL_IMPLS`, the dense products' implementations the layers take (tx/ops/matmul.py).
+- `ATTENTION_IMPLS`, attention's implementations (tx/ops/attention.py).
 
 tests/config/test_choices.py and tests/models/test_choices.py check that the config
 accepts exactly these names, that every name has its builder or function one level up,
@@ -47,6 +48,10 @@ DTYPES = ('float32', 'bfloat16', 'float16')
 # torch's CPU GEMM in the operands' dtype, or torch's float32 GEMM on widened bf16 / f16
 # operands (exact products, float32 accumulation).
 MATMUL_IMPLS = ('xla', 'torch', 'torch_float32')
+# Attention's kernels (`model.attention_impl` without 'auto'; tx/ops/attention.py): XLA's
+# fused path, the explicit einsums, cuDNN's, PyTorch's CPU flash kernel, or that kernel in
+# float32 on widened bf16 / f16 q, k, v.
+ATTENTION_IMPLS = ('xla', 'einsum', 'cudnn', 'torch', 'torch_float32')
 
 # Position kinds: where a scheme enters the model.
 EMBEDDING = 'embedding'  # a [B, L, D] term added to the token embeddings

@@ -27,7 +27,8 @@ Unsupported combinations (each rejected with a message naming the field):
 from __future__ import annotations
 
 from tx.config.base import choice, config, fail, nested
-from tx.config.choices import DTYPES, FFN_ACTIVATIONS, MATMUL_IMPLS, POSITION_KINDS, ROTARY
+from tx.config.choices import (ATTENTION_IMPLS, DTYPES, FFN_ACTIVATIONS, MATMUL_IMPLS,
+                               POSITION_KINDS, ROTARY)
 from tx.config.rope import RopeScalingConfig
 
 FAMILIES = ('decoder', 'encoder', 'encoder_decoder')
@@ -130,7 +131,7 @@ class ModelConfig:
   param_dtype: str = choice(*DTYPES)
   # 'torch': PyTorch's CPU flash kernel (tx/ops/torch_attention.py); 'torch_float32': the same
   # on widened bf16 / f16 q, k, v. 'auto' is XLA's unless `tx tune` timed torch's faster.
-  attention_impl: str = choice('auto', 'xla', 'einsum', 'cudnn', 'torch', 'torch_float32')
+  attention_impl: str = choice('auto', *ATTENTION_IMPLS)
   # The dense layers' products (projections, FFN, heads; not MoE experts): XLA's, or
   # PyTorch's CPU GEMM through a callback ('torch', float32 / bfloat16; tx/ops/torch_matmul.py),
   # or its float32 GEMM on widened bf16 / f16 operands ('torch_float32': exact products,

@@ -9,7 +9,7 @@ from jax.ad_checkpoint import checkpoint_name
 
 from tx import ops
 from tx.config.base import choice, config, fail, nested
-from tx.config.choices import MATMUL_IMPLS
+from tx.config.choices import ATTENTION_IMPLS, MATMUL_IMPLS
 from tx.config.rope import RopeScalingConfig
 from tx.layers.common import DenseGeneral, constrain
 from tx.layers.norm import Norm, NormConfig
@@ -35,7 +35,7 @@ class AttentionConfig:
   rope_fraction: float = 1.0
   rope_interleaved: bool = False  # GPT-J pairs (x0, x1), (x2, x3) ... instead of halves
   rope_scaling: RopeScalingConfig = nested(RopeScalingConfig)  # with original_max_len set
-  implementation: str = choice('auto', 'xla', 'einsum', 'cudnn', 'torch', 'torch_float32')
+  implementation: str = choice('auto', *ATTENTION_IMPLS)
   # > 1 (or 0 = by length) promises a causal mask: self-attention without a cache then
   # runs in query blocks that skip the hidden keys (ops.dot_product_attention).
   causal_blocks: int = 1

@@ -35,10 +35,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from tx import compat
+from tx.config.choices import ATTENTION_IMPLS
 from tx.ops.torch_attention import torch_attention
 from tx.ops.xla_attention import masked_logits, weighted_values, xla_attention
 
-_IMPLEMENTATIONS = ('auto', 'xla', 'einsum', 'cudnn', 'torch', 'torch_float32')
+_IMPLEMENTATIONS = ('auto', *ATTENTION_IMPLS)
 _TORCH = ('torch', 'torch_float32')
 # Finite, so a fully masked row stays NaN-free (softmax of equal values).
 _MASK_VALUE = -0.7 * float(np.finfo(np.float32).max)
@@ -144,10 +145,10 @@ def dot_product_attention(q_BLHD, k_BSKD, v_BSKD, *, mask=None, bias=None, scale
     return _cudnn_attention(q_BLHD, k_BSKD, v_BSKD, mask, bias, scale, causal=causal_blocks > 1)
   if implementation in _TORCH:
     if jax.default_backend() == 'cpu':
-      widen = (lambda x: x.astype(jnp.float32)) if implementation == 'torch_float32' else (
-          lambda x: x)
-      out_BLHD = torch_attention(widen(q_BLHD), widen(k_BSKD), widen(v_BSKD), mask_unbroadcast,
-                                 scale, _MASK_VALUE, causal=causal_blocks > 1)
+      dtype = jnp.float32 if implementation == 'torch_float32' else q_BLHD.dtype
+      out_BLHD = torch_attention(q_BLHD.astype(dtype), k_BSKD.astype(dtype),
+                                 v_BSKD.astype(dtype), mask_unbroadcast, scale, _MASK_VALUE,
+                                 causal=causal_blocks > 1)
       return out_BLHD.astype(q_BLHD.dtype)
     # the callback would be handed device buffers; a run tuned on a CPU still runs here
     warnings.warn(f"implementation={implementation!r} is a CPU path: on "

@@ -53,7 +53,8 @@ def torch_matmul(x_MK, w_KN, upcast: bool = False):
     raise ValueError(f'matmul_impl={takes} operands, got {x_MK.dtype} and {w_KN.dtype}; use '
                      'matmul_impl=xla')
   if jax.default_backend() != 'cpu':  # the callback would get device buffers
-    warnings.warn(f"matmul_impl='torch' is a CPU path: on {jax.default_backend()} the dense "
+    impl = 'torch_float32' if upcast else 'torch'
+    warnings.warn(f"matmul_impl={impl!r} is a CPU path: on {jax.default_backend()} the dense "
                   "products are XLA's", stacklevel=2)
     return jax.lax.dot_general(x_MK, w_KN, (((1,), (0,)), ((), ())),
                                preferred_element_type=jnp.float32)
@@ -103,7 +104,6 @@ def _matmul_bwd(residuals, g_MN):
 
 
 _matmul.defvjp(_matmul_fwd, _matmul_bwd)
-
 
 
 @jax.custom_vjp
