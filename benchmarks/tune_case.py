@@ -4,7 +4,9 @@ kernels, and several steps per call) wins on this host at the suite's own shapes
   python benchmarks/tune_case.py gpt_6l --threads 2 --rounds 1 --steps 2 --warmup 1
 
 Prints the per-candidate step times and the choice; `--candidates` times a subset. Always
-measures (the cache entry is rewritten), so repeated calls on one host are comparable.
+measures, so repeated calls on one host are comparable: without `--candidates` the cache
+entry is rewritten; with them, as `tx tune --force --candidates`, the entry keeps its record
+of the others (its candidates, and its earlier measurement).
 """
 import argparse
 import json

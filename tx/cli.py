@@ -208,7 +208,9 @@ def _bench_parser(sub) -> None:
   u.add_argument('--rounds', type=int, default=2, help='rounds, in rotating order (median)')
   u.add_argument('--margin', type=float, default=0.03,
                  help='how much faster than the defaults a setting must be to be chosen')
-  u.add_argument('--force', action='store_true', help='measure again even if cached')
+  u.add_argument('--force', action='store_true',
+                 help="measure again even if cached (with --candidates: those, keeping the "
+                      "entry's record of the rest)")
 
   r = _step_parser(sub, 'profile', "where an experiment's training step spends its time on "
                                    'this host: ms per step by category, costliest ops')

@@ -405,8 +405,9 @@ def test_model_candidates_are_timed_only_where_tx_chooses_the_setting(monkeypatc
     assert set(tune.model_candidates(_cfg(setting))) == {'torch_matmul',
                                                          'torch_matmul_norm'}, setting
   assert set(tune.model_candidates(_cfg('model.matmul_impl=xla'))) == {'torch_attention'}
+  # torch's flash kernel takes no float16: attention in torch only in float32 on widened q, k, v
   assert set(tune.model_candidates(_cfg('model.dtype=float16'))) == {
-      'torch_attention', 'torch_float32_matmul', 'torch_float32_attention_matmul'}
+      'torch_float32_matmul', 'torch_float32_attention_matmul'}
   # torch's norms only where tx chooses them and the norms are LayerNorms
   for setting in ('model.norm_impl=xla', 'model.norm=rmsnorm'):
     assert set(tune.model_candidates(_cfg(setting))) == {
@@ -669,6 +670,28 @@ def test_the_fastest_flags_and_model_setting_are_then_timed_together(tmp_path, m
   times.update(fast=1.0, fast_4_per_call=0.9)
   entry = tune.tune(_cfg(), rounds=1, env=env, force=True, say=said.append)
   assert len(calls) == 3 and entry['choice'] == 'torch_x_4_per_call'
+
+
+def test_forced_named_candidates_keep_the_entrys_record_of_the_rest(tmp_path, monkeypatch):
+  """`tx tune --force --candidates A B` times A and B again; the entry still lists the
+  candidates it considered before and keeps their measurement as 'earlier'."""
+  small = {'default': '', 'fast': '--f=1'}
+  small |= {f'{n}_4_per_call': tune._with_per_call(c) for n, c in small.items()}
+  monkeypatch.setattr(tune, 'default_candidates', lambda cfg, host: dict(small))
+  times = {'default': 1.0, 'default_4_per_call': 0.9, 'fast': 0.9, 'fast_4_per_call': 0.8}
+  calls = _scripted_settings(monkeypatch, times)
+  env = {'TX_CACHE_DIR': str(tmp_path)}
+  first = tune.tune(_cfg(), rounds=1, env=env, say=lambda m: None)
+  assert first['choice'] == 'fast_4_per_call'
+  calls.clear()
+  times.update(default=0.5)
+  named = {n: small[n] for n in ('default', 'fast')}
+  entry = tune.tune(_cfg(), candidates=named, rounds=1, env=env, force=True, say=lambda m: None)
+  assert sorted(n for group in calls for n in group) == ['default', 'fast']
+  assert entry['choice'] == 'default' and set(entry['timings']) == set(named)
+  assert entry['candidates'] == json.loads(json.dumps(small))
+  assert entry['earlier']['choice'] == 'fast_4_per_call'
+  assert entry['earlier']['timings'] == first['timings']
 
 
 def test_a_lone_candidate_gets_an_untimed_call_even_without_warmup(monkeypatch):

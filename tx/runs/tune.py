@@ -46,7 +46,8 @@ setting (model.attention_impl, model.matmul_impl or model.norm_impl) replaces it
 the config left it 'auto', and a chosen train.steps_per_call only where the config left it
 None; in a multi-process job every process takes process 0's (hosts may have cached
 different choices, and every process must compile the same program). TX_TUNE=0 (or
-`tx train --no-tune`) turns the lookup off; `tx tune --force` measures again.
+`tx train --no-tune`) turns the lookup off; `tx tune --force` measures again (with
+`--candidates`, those alone, keeping the entry's record of the rest).
 """
 
 from __future__ import annotations
@@ -126,22 +127,24 @@ def host_key(host: dict) -> dict:
 
 def model_candidates(cfg, host: dict | None = None) -> dict:
   """The MODEL_CANDIDATES that may replace what `cfg`'s model left to tx (torch installed):
-  torch_attention where attention_impl is 'auto' and the model needs nothing torch's
-  kernel lacks (an attention bias, soft-cap or dropout); torch_matmul where matmul_impl is
-  'auto' and the compute dtype is float32, or bfloat16 on a `host` (a `tx.bench.host.probe`
-  record) not known to lack bf16 arithmetic (torch emulates a bf16 GEMM there, many times
-  slower than XLA's); torch_attention_matmul where both apply; where norm_impl is 'auto'
-  too (and the norms LayerNorms), the candidate with every one of them and torch's norms
-  (torch_attention_matmul_norm, or torch_matmul_norm where attention does not apply); for a
-  bf16 / f16 model where matmul_impl is 'auto' (on any host: float32 arithmetic is
-  everywhere), torch_float32_matmul, and torch_float32_attention_matmul (both kernels in
-  float32) where torch's attention applies."""
+  torch_attention where attention_impl is 'auto', the compute dtype float32 or bfloat16 and
+  the model needs nothing torch's kernel lacks (an attention bias, soft-cap or dropout);
+  torch_matmul where matmul_impl is 'auto' and the compute dtype is float32, or bfloat16 on
+  a `host` (a `tx.bench.host.probe` record) not known to lack bf16 arithmetic (torch
+  emulates a bf16 GEMM there, many times slower than XLA's); torch_attention_matmul where
+  both apply; where norm_impl is 'auto' too (and the norms LayerNorms), the candidate with
+  every one of them and torch's norms (torch_attention_matmul_norm, or torch_matmul_norm
+  where attention does not apply); for a bf16 / f16 model where matmul_impl is 'auto' (on
+  any host: float32 arithmetic is everywhere), torch_float32_matmul, and
+  torch_float32_attention_matmul (both kernels in float32) where torch's attention would
+  apply in float32."""
   import importlib.util  # pylint: disable=g-import-not-at-top
   from tx.bench import host as host_lib  # pylint: disable=g-import-not-at-top
   if importlib.util.find_spec('torch') is None:
     return {}
   model, out = cfg.model, {}
-  if model.attention_impl == 'auto' and not model.torch_attention_conflict:
+  attention = model.attention_impl == 'auto' and not model.torch_attention_conflict
+  if attention and model.dtype in ('float32', 'bfloat16'):  # torch's kernel takes no float16
     out['torch_attention'] = MODEL_CANDIDATES['torch_attention']
   if model.matmul_impl == 'auto' and (model.dtype == 'float32' or (
       model.dtype == 'bfloat16' and host_lib.has_bf16_arithmetic(host) is not False)):
@@ -153,7 +156,7 @@ def model_candidates(cfg, host: dict | None = None) -> dict:
     out[name] = MODEL_CANDIDATES[name]
   if model.matmul_impl == 'auto' and model.dtype in ('bfloat16', 'float16'):
     out['torch_float32_matmul'] = MODEL_CANDIDATES['torch_float32_matmul']
-    if 'torch_attention' in out:
+    if attention:
       name = 'torch_float32_attention_matmul'
       out[name] = MODEL_CANDIDATES[name]
   return out
@@ -350,7 +353,9 @@ def tune(cfg, *, candidates=None, steps: int = 5, warmup: int = 2, rounds: int =
   returns the cache entry: {'choice', 'xla_flags', 'timings': {name: median s/step over its
   rounds}, 'rounds_timings', 'skipped': {name: round lost}, 'runoff': [names], 'failed':
   {name: why}, 'host', 'signature', ...}. A cached entry is returned as it is unless `force`,
-  or brought up to date where it lacks some of `candidates`. With the default candidates, the
+  or brought up to date where it lacks some of `candidates`; `force` with named `candidates`
+  times those again and keeps the entry's record of the others (its candidates, and its
+  measurement as 'earlier'). With the default candidates, the
   fastest flag setting and the fastest model setting, where both beat the defaults, are then
   timed together (`crossed`) as an update of the entry."""
   from tx.bench import host as host_lib  # pylint: disable=g-import-not-at-top
@@ -369,8 +374,11 @@ def tune(cfg, *, candidates=None, steps: int = 5, warmup: int = 2, rounds: int =
                                          threads, say, env, **kw)
   with _measuring(path, say):
     cached = lookup(cfg, host, env)
-    if cached is None or force:
+    if cached is None or (force and cross):
       entry, considered = measure(candidates), candidates
+    elif force:  # the named ones again, beside the entry's record of the others
+      considered = cached.get('candidates', {}) | candidates
+      entry = measure(candidates, considered=considered, earlier=cached)
     else:
       # the entry's record stays whole where a few candidates are asked for
       considered = candidates | {name: setting for name, setting in
