@@ -807,20 +807,50 @@ def test_the_own_ceiling_is_timed_after_the_steps_never_before(monkeypatch):
 
 def test_the_own_ceiling_times_the_gemm_the_step_runs_on(monkeypatch):
   """A step whose dense products run in torch's GEMM (matmul_impl='torch', as `tx tune`
-  chooses on some hosts) is measured against torch's n^3 matmul, not XLA's: against XLA's
+  chooses on some hosts) is measured against torch's matmul, not XLA's: against XLA's
   it read 112 % on the AVX2 host (NOTES attempt 89)."""
   timed = []
-  monkeypatch.setattr(tx_side, 'matmul_rates',
-                      lambda dtype, n, reps: timed.append(('xla', dtype, n)) or [1.0] * reps)
-  monkeypatch.setattr(torch_peers, 'square_mm_rates', lambda torch, dtype, n, reps, device='cpu':
-                      timed.append(('torch', dtype, n)) or [2.0] * reps)
+  monkeypatch.setattr(tx_side, 'gemm_rates', lambda dtype, m, k, n, rhs_transposed, reps:
+                      timed.append(('xla', dtype, m)) or [1.0] * reps)
+  monkeypatch.setattr(torch_peers, 'gemm_mm_rates', lambda torch, dtype, m, k, n, t, reps:
+                      timed.append(('torch', dtype, m)) or [2.0] * reps)
   own_ceiling = tx_side._own_ceiling  # pylint: disable=protected-access
-  assert own_ceiling({'ceiling_n': 64}) == {'own_ceiling_flops': 1.0, 'own_ceiling_kernel': 'xla'}
+  assert own_ceiling({'ceiling_n': 64}) == {'own_ceiling_flops': 1.0, 'own_ceiling_kernel': 'xla',
+                                            'own_ceiling_product': 'n^3'}
   assert own_ceiling({'ceiling_n': 64, 'matmul_impl': 'torch'}) == {
-      'own_ceiling_flops': 2.0, 'own_ceiling_kernel': 'torch'}
+      'own_ceiling_flops': 2.0, 'own_ceiling_kernel': 'torch', 'own_ceiling_product': 'n^3'}
   # bf16 operands widened for torch's float32 GEMM: its float32 rate is the step's ceiling
   own_ceiling({'ceiling_n': 64, 'dtype': 'bfloat16', 'matmul_impl': 'torch_float32'})
   assert timed == [('xla', 'float32', 64), ('torch', 'float32', 64), ('torch', 'float32', 64)]
+
+
+def test_the_own_ceiling_is_the_fastest_of_the_square_and_the_steps_own_products(monkeypatch):
+  """Under oneDNN's dots (a `tx tune` choice) XLA's n^3 product ran slower than the step's own
+  products and an MFU against it read 160 % (NOTES attempt 101): the step's products count
+  too, in the kernel they run on, and the JSON names the one that set the ceiling."""
+  spec = dict(cases.QUICK[0].spec, ceiling_n=64)
+  labels = [g[0] for g in cases.step_gemms(spec)]
+  fast = labels[2]
+  shapes = {tuple(g[1:5]): g[0] for g in cases.step_gemms(spec)}
+  rate = lambda m, k, n, t: 3.0 if shapes.get((m, k, n, t)) == fast else 1.0
+  monkeypatch.setattr(tx_side, 'gemm_rates', lambda dtype, m, k, n, rhs_transposed, reps:
+                      [rate(m, k, n, rhs_transposed)] * reps)
+  monkeypatch.setattr(torch_peers, 'gemm_mm_rates', lambda torch, dtype, m, k, n, t, reps:
+                      [2 * rate(m, k, n, t)] * reps)
+  own_ceiling = tx_side._own_ceiling  # pylint: disable=protected-access
+  assert own_ceiling(spec) == {'own_ceiling_flops': 3.0, 'own_ceiling_kernel': 'xla',
+                               'own_ceiling_product': fast}
+  assert own_ceiling(dict(spec, matmul_impl='torch')) == {
+      'own_ceiling_flops': 6.0, 'own_ceiling_kernel': 'torch', 'own_ceiling_product': fast}
+  # a seq2seq step has no `step_gemms`: the square alone
+  s2s = next(c.spec for c in cases.QUICK if c.spec['family'] == 'encoder_decoder')
+  assert own_ceiling(dict(s2s, ceiling_n=64))['own_ceiling_product'] == 'n^3'
+
+
+def test_torchs_gemm_with_a_transposed_operand_is_timed():
+  torch = pytest.importorskip('torch')
+  rates = torch_peers.gemm_mm_rates(torch, 'float32', 8, 16, 4, True, 2)
+  assert len(rates) == 2 and all(r > 0 for r in rates)
 
 
 def test_torchs_square_matmul_is_timed_in_the_dtype_asked(monkeypatch):

@@ -346,11 +346,9 @@ def ceiling(spec):
     out['gemms'] = {}
     for label, m, k, n_, transposed, *_ in spec['gemms']:
       out['gemms'][label] = {}
-      for name, dtype in dtypes:
-        a = torch.randn(m, k).to(dtype)
-        b = torch.randn(n_, k).to(dtype).t() if transposed else torch.randn(k, n_).to(dtype)
-        out['gemms'][label][name] = statistics.median(
-            _mm_rates(torch, a, b, spec.get('gemm_repeats', 5)))
+      for name, _ in dtypes:
+        out['gemms'][label][name] = statistics.median(gemm_mm_rates(
+            torch, name, m, k, n_, transposed, spec.get('gemm_repeats', 5)))
   if spec.get('attention'):
     out['attention'] = {label: {name: statistics.median(_sdpa_seconds(
         torch, dtype, *shape[:5], spec.get('gemm_repeats', 5))) for name, dtype in dtypes}
@@ -379,6 +377,15 @@ def square_mm_rates(torch, dtype: str, n: int, reps: int, device: str = 'cpu') -
   ('float32', 'bfloat16') on `device`, after one untimed call."""
   a = torch.randn(n, n, device=device).to(getattr(torch, dtype))
   return _mm_rates(torch, a, a, reps)
+
+
+def gemm_mm_rates(torch, dtype: str, m: int, k: int, n: int, transposed: bool,
+                  reps: int) -> list[float]:
+  """FLOP/s of `reps` timed samples of torch.mm of a random [m, k] and [k, n] in `dtype`
+  ('float32', 'bfloat16'; the right operand a transposed [n, k] when `transposed`)."""
+  dtype = getattr(torch, dtype)
+  b = torch.randn(n, k).to(dtype).t() if transposed else torch.randn(k, n).to(dtype)
+  return _mm_rates(torch, torch.randn(m, k).to(dtype), b, reps)
 
 
 def _mm_rates(torch, a, b, reps):

@@ -45,7 +45,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from tx import ops
-from tx.bench import torch_peers
+from tx.bench import cases, torch_peers
 from tx.config import DataConfig, ModelConfig
 from tx.config.experiment import ExperimentConfig
 from tx.config.optim import OptimConfig
@@ -290,22 +290,33 @@ def train(spec: dict) -> dict:
 
 
 def _own_ceiling(spec: dict) -> dict:
-  """On the CPU: {'own_ceiling_flops', 'own_ceiling_kernel'}: the median FLOP/s of 5 timed
-  n^3 matmuls in the step's dtype, in this process, in the GEMM the step's dense products run
-  on ('xla', or 'torch' under matmul_impl='torch', in float32 under 'torch_float32': against
-  XLA's a torch-GEMM step can read over 100 %), so that an MFU against it does not depend on
-  how the host's speed moved between the run's processes (the project's hosts move by a
-  third between processes minutes apart: benchmarks/NOTES.md, attempt 52). Empty
+  """On the CPU: {'own_ceiling_flops', 'own_ceiling_kernel', 'own_ceiling_product'}: the
+  highest median FLOP/s of 5 timed products in the step's dtype, in this process, in the GEMM
+  the step's dense products run on ('xla', or 'torch' under matmul_impl='torch', in float32
+  under 'torch_float32': against XLA's a torch-GEMM step can read over 100 %), over the n^3
+  product and, for a decoder or encoder, the step's own products (`cases.step_gemms`, named
+  in 'own_ceiling_product'): under oneDNN's dots XLA's n^3 product ran slower than the
+  step's own, and an MFU against it alone read 160 % (benchmarks/NOTES.md, attempt 101).
+  In tx's process, so that an MFU against it does not depend on how the host's speed moved
+  between the run's processes (by a third, minutes apart: NOTES attempt 52). Empty
   elsewhere."""
   if jax.default_backend() != 'cpu':
     return {}
   dtype, n = spec.get('dtype', 'float32'), spec.get('ceiling_n', 2048)
+  products = [('n^3', n, n, n, False)]
+  if spec.get('family') in ('decoder', 'encoder'):
+    products += [product[:5] for product in cases.step_gemms(spec)]
   if spec.get('matmul_impl') in ('torch', 'torch_float32'):
     dtype = 'float32' if spec['matmul_impl'] == 'torch_float32' else dtype
-    kernel, rates = 'torch', torch_peers.square_mm_rates(torch_module(), dtype, n, 5)
+    kernel, torch = 'torch', torch_module()
+    rates = lambda m, k, n, t: torch_peers.gemm_mm_rates(torch, dtype, m, k, n, t, 5)
   else:
-    kernel, rates = 'xla', matmul_rates(dtype, n, 5)
-  return {'own_ceiling_flops': statistics.median(rates), 'own_ceiling_kernel': kernel}
+    kernel = 'xla'
+    rates = lambda m, k, n, t: gemm_rates(dtype, m, k, n, rhs_transposed=t, reps=5)
+  medians = {label: statistics.median(rates(*shape)) for label, *shape in products}
+  best = max(medians, key=medians.get)
+  return {'own_ceiling_flops': medians[best], 'own_ceiling_kernel': kernel,
+          'own_ceiling_product': best}
 
 
 def compile_time(spec: dict) -> dict:
