@@ -643,7 +643,8 @@ def test_the_fastest_flags_and_model_setting_are_then_timed_together(tmp_path, m
   entry = tune.tune(_cfg(), rounds=1, env=env, say=said.append)
   assert calls[3:] == [['default', 'default_4_per_call'], ['torch_x', 'torch_x_4_per_call'],
                        ['torch_x_fast', 'torch_x_fast_4_per_call']]
-  assert any('the fastest flag setting under the fastest model setting: torch_x_fast, '
+  assert any('the fastest flag setting under each model setting ahead of the defaults: '
+             'torch_x_fast, '
              'torch_x_fast_4_per_call; timing default, torch_x, default_4_per_call, '
              'torch_x_4_per_call, torch_x_fast, torch_x_fast_4_per_call' in line
              for line in said), said
@@ -670,6 +671,28 @@ def test_the_fastest_flags_and_model_setting_are_then_timed_together(tmp_path, m
   times.update(fast=1.0, fast_4_per_call=0.9)
   entry = tune.tune(_cfg(), rounds=1, env=env, force=True, say=said.append)
   assert len(calls) == 3 and entry['choice'] == 'torch_x_4_per_call'
+
+
+def test_the_flags_are_crossed_with_every_model_setting_ahead_of_the_defaults():
+  """Not the fastest model setting alone: each one faster than its baselines (itself or its
+  twin) is paired with the fastest flag setting, the fastest first; one behind the defaults,
+  and pairs timed already, are not."""
+  flags = {'slow': '--s=1', 'fast': '--f=1'}
+  models = {m: {'model': {'attention_impl': 'torch', 'matmul_impl': m}} for m in 'xyz'}
+  small = {'default': ''} | flags | models
+  small |= {f'{n}_4_per_call': tune._with_per_call(c) for n, c in small.items()}
+  entry = {'timings': {'default': 1.0, 'default_4_per_call': 0.9, 'slow': 0.95, 'fast': 0.9,
+                       'x': 0.8, 'y': 0.95, 'y_4_per_call': 0.92, 'z': 1.1,
+                       'z_4_per_call': 0.95}}
+  out = tune.crossed(entry, small)
+  assert list(out) == ['x_fast', 'x_fast_4_per_call', 'y_fast', 'y_fast_4_per_call']
+  assert out['y_fast'] == {'xla_flags': '--f=1', 'model': models['y']['model']}
+  assert out['y_fast_4_per_call']['train'] == {'steps_per_call': 4}
+  # z's twin is behind the defaults' twin (0.95 against 0.9); x's pairs were timed already
+  assert list(tune.crossed(entry, small | {k: out[k] for k in ('x_fast', 'x_fast_4_per_call')}
+                           )) == ['y_fast', 'y_fast_4_per_call']
+  assert tune.crossed(dict(entry, timings=dict(entry['timings'], fast=1.0, slow=1.0)),
+                      small) == {}
 
 
 def test_forced_named_candidates_keep_the_entrys_record_of_the_rest(tmp_path, monkeypatch):

@@ -32,9 +32,10 @@ candidate was added to tx (or changed) is brought up to date by the next `tx tun
 `tx train --tune`, `tx bench --tune`): the new candidates are timed against the entry's
 choice and XLA's defaults, with their twins, not the whole set again (`update_set`); `tx
 train` without --tune uses such an entry and says which candidates it lacks. The flag and
-the model settings are timed apart; where the fastest of each beats the defaults, the two
-together (`crossed`: torch's kernels, say, with the flags that speed up XLA's remaining ops)
-are then timed the same way, as an update. A mesh of
+the model settings are timed apart; where a flag setting beats the defaults, the fastest one
+is then timed under each model setting that ran faster than them (`crossed`: torch's
+kernels, say, with the flags that speed up XLA's remaining ops), the same way, as an update.
+A mesh of
 simulated devices is timed as one device with the whole batch (the same work on the same
 cores). One measurement per entry at a time: the processes of a job on one host (`tx train
 --tune` in each) wait for the first one's choice (a lock file beside the entry) instead of
@@ -308,39 +309,47 @@ def baselines(name: str, measured) -> list[str]:
 
 
 def crossed(entry: dict, candidates: dict) -> dict:
-  """The fastest flag setting's XLA flags with the fastest model setting's model overrides,
-  where both beat XLA's defaults (`winners`, by their gain over the defaults measured
-  beside them, in the entry or the one it updated): one candidate named
-  '<model setting>_<flag setting>', with its PER_CALL twin where `candidates` hold the
-  defaults' twin. The settings are timed apart (a flag setting under torch's kernels was
-  never measured), yet the flags act on the XLA ops that torch's kernels leave. {} where
-  either is missing or the pair is in `candidates` already."""
-  gains = {}
+  """The fastest flag setting's XLA flags under each model setting that ran faster than XLA's
+  defaults: candidates named '<model setting>_<flag setting>', each with its PER_CALL twin
+  where `candidates` hold the defaults' twin, those not in `candidates` already. The flag
+  setting must beat the defaults (`winners`); a model setting qualifies where it or its twin
+  had a lower median than its `baselines`; each by the latest measurement of it (the entry, or
+  the one it updated). The settings are timed apart, yet the flags act on the XLA ops that
+  torch's kernels leave, so the best pair need not hold the fastest model setting: where the
+  flags make XLA's GEMMs as fast as torch's, torch's attention alone may gain more under them
+  than torch's attention and GEMM (benchmarks/NOTES.md, attempt 102). A model setting behind
+  the defaults is not paired: the flags speed up only XLA's ops, so its pair would trail the
+  flag setting alone. {} where no flag setting beats the defaults, or no model setting does."""
+  flag_gains, model_times = {}, {}
   for measured in [entry.get('earlier') or {}, entry]:  # the latest measurement wins
     timings = measured.get('timings') or {}
     kept = set(winners(timings, entry.get('margin', 0.03), measured.get('rounds_timings')))
     kept -= set(measured.get('skipped') or {})
     for name in timings:
-      gains.pop(name, None)
-      if name in kept and name in candidates and 'default' in timings:
-        gains[name] = timings['default'] / timings[name]
-
-  def fastest(flags: bool) -> str | None:
-    kind = [n for n in gains if bool(_setting(candidates[n])[0]) == flags
-            and bool(_setting(candidates[n])[1]) != flags]
-    return max(kind, key=gains.get, default=None)
-
-  with_flags, with_model = fastest(True), fastest(False)
-  if not with_flags or not with_model:
+      flag_gains.pop(name, None)
+      model_times.pop(name, None)
+      if name not in candidates or 'default' not in timings:
+        continue
+      flags, model, _ = _setting(candidates[name])
+      if flags and not model and name in kept:
+        flag_gains[name] = timings['default'] / timings[name]
+      elif model and not flags and all(timings[name] < timings[base]
+                                       for base in baselines(name, timings)):
+        model_times[name] = timings[name] / timings['default']
+  with_flags = max(flag_gains, key=flag_gains.get, default=None)
+  if not with_flags:
     return {}
-  name = (f'{with_model.removesuffix(PER_CALL_SUFFIX)}_'
-          f'{with_flags.removesuffix(PER_CALL_SUFFIX)}')
-  pair = {'xla_flags': _setting(candidates[with_flags])[0],
-          'model': _setting(candidates[with_model])[1]}
-  out = {name: pair}
-  if 'default' + PER_CALL_SUFFIX in candidates:
-    out[name + PER_CALL_SUFFIX] = _with_per_call(pair)
-  return {} if untimed({'candidates': candidates}, out) == [] else out
+  flags_name = with_flags.removesuffix(PER_CALL_SUFFIX)
+  out = {}
+  for with_model in sorted(model_times, key=model_times.get):  # the fastest first
+    name = f'{with_model.removesuffix(PER_CALL_SUFFIX)}_{flags_name}'
+    pair = {'xla_flags': _setting(candidates[with_flags])[0],
+            'model': _setting(candidates[with_model])[1]}
+    out.setdefault(name, pair)
+    if 'default' + PER_CALL_SUFFIX in candidates:
+      out.setdefault(name + PER_CALL_SUFFIX, _with_per_call(pair))
+  new = set(untimed({'candidates': candidates}, out))
+  return {name: pair for name, pair in out.items() if name in new}
 
 
 def tune(cfg, *, candidates=None, steps: int = 5, warmup: int = 2, rounds: int = 2,
@@ -390,7 +399,8 @@ def tune(cfg, *, candidates=None, steps: int = 5, warmup: int = 2, rounds: int =
     pair = crossed(entry, considered) if cross else {}
     if pair:
       entry = _update(entry, considered | pair, list(pair), measure, say,
-                      'the fastest flag setting under the fastest model setting:')
+                      'the fastest flag setting under each model setting ahead of the '
+                      'defaults:')
     elif entry is cached:
       say(f'tx tune: cached choice {cached["choice"]!r} ({path}); --force measures again')
     return entry
