@@ -182,7 +182,7 @@ def _with_per_call(candidate) -> dict:
 
 def known_candidates() -> dict:
   """Every candidate `tx tune --candidates` may name: each flag and model setting, each model
-  setting under each flag setting ('<model>_<flags>', as `crossed` names its pair), and the
+  setting under each flag setting ('<model>_<flags>', as `crossed` names its pairs), and the
   PER_CALL twin of each."""
   pairs = {f'{model}_{flags}': {'xla_flags': CANDIDATES[flags],
                                 'model': dict(MODEL_CANDIDATES[model]['model'])}
