@@ -695,6 +695,27 @@ def test_the_flags_are_crossed_with_every_model_setting_ahead_of_the_defaults():
                       small) == {}
 
 
+def test_the_whole_set_stays_on_record_through_several_updates(tmp_path, monkeypatch):
+  """Each update keeps the entry it updated, with that one's own 'earlier': after two forced
+  updates of one name, the first (whole-set) measurement still nominates the model setting
+  that the cross stage pairs with the fastest flag setting."""
+  small = {'default': '', 'fast': '--f=1', 'torch_x': {'model': {'attention_impl': 'torch'}}}
+  monkeypatch.setattr(tune, 'default_candidates', lambda cfg, host: dict(small))
+  times = {'default': 1.0, 'fast': 0.9, 'torch_x': 0.8, 'torch_x_fast': 0.7}
+  _scripted_settings(monkeypatch, times)
+  env = {'TX_CACHE_DIR': str(tmp_path)}
+  first = tune.tune(_cfg(), candidates=small, rounds=1, env=env, say=lambda m: None)
+  for _ in range(2):
+    tune.tune(_cfg(), candidates={'default': ''}, rounds=1, env=env, force=True,
+              say=lambda m: None)
+  entry = json.loads(next(tmp_path.glob('tune/*.json')).read_text())
+  assert set(entry['timings']) == {'default'}
+  assert entry['earlier']['earlier']['timings'] == first['timings']
+  assert [set(m['timings']) for m in tune.measurements(entry)] == [set(small), {'default'},
+                                                                   {'default'}]
+  assert list(tune.crossed(entry, small)) == ['torch_x_fast']
+
+
 def test_forced_named_candidates_keep_the_entrys_record_of_the_rest(tmp_path, monkeypatch):
   """`tx tune --force --candidates A B` times A and B again; the entry still lists the
   candidates it considered before and keeps their measurement as 'earlier'."""

@@ -35,9 +35,8 @@ train` without --tune uses such an entry and says which candidates it lacks. The
 the model settings are timed apart; where a flag setting beats the defaults, the fastest one
 is then timed under each model setting that ran faster than them (`crossed`: torch's
 kernels, say, with the flags that speed up XLA's remaining ops), the same way, as an update.
-A mesh of
-simulated devices is timed as one device with the whole batch (the same work on the same
-cores). One measurement per entry at a time: the processes of a job on one host (`tx train
+A mesh of simulated devices is timed as one device with the whole batch (the same work on the
+same cores). One measurement per entry at a time: the processes of a job on one host (`tx train
 --tune` in each) wait for the first one's choice (a lock file beside the entry) instead of
 timing on the same cores at once.
 
@@ -308,20 +307,29 @@ def baselines(name: str, measured) -> list[str]:
   return ['default', per_call] if twin else ['default']
 
 
+def measurements(entry: dict) -> list[dict]:
+  """The entry's measurements, oldest first: the ones it updated ('earlier', each with its
+  own 'earlier') and then its own."""
+  chain = [entry]
+  while chain[-1].get('earlier'):
+    chain.append(chain[-1]['earlier'])
+  return chain[::-1]
+
+
 def crossed(entry: dict, candidates: dict) -> dict:
   """The fastest flag setting's XLA flags under each model setting that ran faster than XLA's
   defaults: candidates named '<model setting>_<flag setting>', each with its PER_CALL twin
   where `candidates` hold the defaults' twin, those not in `candidates` already. The flag
   setting must beat the defaults (`winners`); a model setting qualifies where it or its twin
   had a lower median than its `baselines`; each by the latest measurement of it (the entry, or
-  the one it updated). The settings are timed apart, yet the flags act on the XLA ops that
+  any it updated). The settings are timed apart, yet the flags act on the XLA ops that
   torch's kernels leave, so the best pair need not hold the fastest model setting: where the
   flags make XLA's GEMMs as fast as torch's, torch's attention alone may gain more under them
   than torch's attention and GEMM (benchmarks/NOTES.md, attempt 102). A model setting behind
   the defaults is not paired: the flags speed up only XLA's ops, so its pair would trail the
   flag setting alone. {} where no flag setting beats the defaults, or no model setting does."""
   flag_gains, model_times = {}, {}
-  for measured in [entry.get('earlier') or {}, entry]:  # the latest measurement wins
+  for measured in measurements(entry):  # the latest measurement of a name wins
     timings = measured.get('timings') or {}
     kept = set(winners(timings, entry.get('margin', 0.03), measured.get('rounds_timings')))
     kept -= set(measured.get('skipped') or {})
@@ -364,9 +372,9 @@ def tune(cfg, *, candidates=None, steps: int = 5, warmup: int = 2, rounds: int =
   {name: why}, 'host', 'signature', ...}. A cached entry is returned as it is unless `force`,
   or brought up to date where it lacks some of `candidates`; `force` with named `candidates`
   times those again and keeps the entry's record of the others (its candidates, and its
-  measurement as 'earlier'). With the default candidates, the
-  fastest flag setting and the fastest model setting, where both beat the defaults, are then
-  timed together (`crossed`) as an update of the entry."""
+  measurement as 'earlier'). With the default candidates, the fastest flag setting is then
+  timed under each model setting ahead of the defaults, where it beats them (`crossed`), as an
+  update of the entry."""
   from tx.bench import host as host_lib  # pylint: disable=g-import-not-at-top
   from tx.config.base import ConfigError  # pylint: disable=g-import-not-at-top
   env = dict(os.environ if env is None else env)
@@ -551,9 +559,10 @@ def _measure(cfg, host, path, candidates, steps, warmup, rounds, margin, threads
            'margin': margin, 'threads': threads, 'experiment': cfg.name,
            'host': host_key(host), 'signature': step_signature(cfg),
            'measured_at': time.strftime('%Y-%m-%dT%H:%M:%S%z')}
-  if earlier:
+  if earlier:  # a chain: an update times a few names, the whole set stays on record
     entry['earlier'] = {k: earlier.get(k) for k in ('choice', 'timings', 'skipped', 'failed',
-                                                    'measured_at')}
+                                                    'measured_at', 'earlier')
+                        if earlier.get(k) is not None}
   partial = path.with_suffix('.partial')
   partial.write_text(json.dumps(entry, indent=1, sort_keys=True), encoding='utf-8')
   partial.replace(path)  # a reader sees the whole entry or none
