@@ -318,7 +318,7 @@ def table(doc: dict) -> str:
                                              if tuned else ''),
               f'{"":18} {"tx":>9}' + (f' {"peer":>9}' if peer else '')]
     rows = [('step, profiled', 'step_s', 1e3), ('step, unprofiled', 'unprofiled_step_s', 1e3),
-            ('system time', 'system_s', 1e3), ('page faults', 'faults', 1)]
+            ('system time', 'system_s', 1e3), ('page faults, count', 'faults', 1)]
     rows = [(label, tx[key] * k, peer[key] * k if peer else None) for label, key, k in rows]
     rows += [(k, tx['per_category_ms'][k], peer['per_category_ms'][k] if peer else None)
              for k in CATEGORIES]
