@@ -354,7 +354,9 @@ def test_the_steps_own_gemms_bound_the_1_5x_target():
   # float32: 80 / 40 = 2 s of GEMMs, the other 20 GFLOP at the 100 GFLOP/s ceiling 0.2 s;
   # the peer's 4 s step / 1.5 = 2.67 s allowed, so 0.47 s are left for the rest
   assert '2.00 s' in f32 and '200.0 ms' in f32 and '2.20 s of the 2.67 s' in f32
-  assert 'leaving 466.7 ms' in f32 and 'takes 300.0 ms now' in f32
+  assert 'leaving 466.7 ms' in f32 and 'takes 300.0 ms now: within it already' in f32
+  doc['cases']['gpt_6l']['tx_train']['step_time_s'] = 3.135  # the rest 935 ms: 2x too slow
+  assert 'takes 935.0 ms now: 2.0x faster needed' in report.ceiling_arithmetic(doc)[1]
   # bf16: 80 / 20 = 4 s, more than the 2.5 / 1.5 = 1.67 s allowed, but tx's step takes
   # 1.25 s: its products ran faster in the step than alone, so these rates bound nothing
   assert '4.40 s of the 1.67 s' in bf16 and 'no bound' in bf16 and 'ruled out' not in bf16
@@ -385,6 +387,20 @@ def test_a_tuned_step_is_bounded_by_xlas_rates_under_its_flags():
   own = [l for l in lines if "over tx's float32" in l]
   assert "the faster bf16 GEMM, tuned XLA's, peaks at 100" in own[0]
   assert report.tuned_rates(doc['cases']['gpt_6l'], 'float32') is None
+
+
+def test_the_tuned_ceiling_is_the_fastest_of_the_square_and_the_steps_own_products():
+  """Under oneDNN's dot fusion the n^3 product can run slower than the step's own products:
+  the 1.5x line then takes the fastest of them as the ceiling, not the n^3 product alone."""
+  doc = _bf16_doc({'avx512_bf16': True})
+  doc['cases']['gpt_6l_bf16']['tuned'] = {
+      'choice': 'onednn_dots', 'xla_flags': '--x=1', 'ceiling': {'bfloat16': 50e9},
+      'gemms': {'gpt_6l: ffn in, forward': {'bfloat16': 150e9, 'float32': 900e9}}}
+  assert report.tuned_rates(doc['cases']['gpt_6l_bf16'], 'bfloat16')[0] == 150e9
+  bf16 = next(l for l in report.ceiling_arithmetic(doc) if l.startswith('gpt_6l_bf16'))
+  # the peer's 40 GFLOP/s x 1.5 = 60 of 150 (of the square's 50 alone: 120 %, ruled out)
+  assert "(150 under `tx tune`'s flags)" in bf16
+  assert "40% of tuned XLA's ceiling: under the ceiling" in bf16
 
 
 def test_bench_times_the_steps_products_under_the_tuned_flags(monkeypatch):

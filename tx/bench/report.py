@@ -249,8 +249,9 @@ def ceiling_arithmetic(doc: dict) -> list[str]:
   """Per training case with a peer, whether 1.5x the peer's speed fits under the ceiling of
   the GEMM tx's step ran (XLA's, or torch's where the case or `tx tune`'s choice set
   model.matmul_impl=torch): the peer's FLOP rate (tx's FLOP count) times 1.5, as a fraction
-  of that n^3 matmul ceiling (XLA's under the XLA flags of `tx tune`'s choice, where it set
-  some: `tuned_rates`); above 100 % the ceilings rule 1.5x out on this host. Where the
+  of that n^3 matmul ceiling (under the XLA flags of `tx tune`'s choice, where it set some,
+  the fastest of XLA's n^3 product and the step's own products: `tuned_rates`); above 100 %
+  the ceilings rule 1.5x out on this host. Where the
   step's own products were timed (`step_gemms`), a second line, the finer bound: their time
   at that GEMM's rates plus the attention products' at its ceiling, against the step time
   1.5x the peer allows, and how much faster the rest of the step would then have to run
@@ -293,9 +294,11 @@ def ceiling_arithmetic(doc: dict) -> list[str]:
       kernels = dense_s + max(txt['flops_per_step'] - dense_flops, 0) / ceiling
       allowed = peer['step_time_s'] / 1.5
       rest, rest_now = allowed - kernels, txt['step_time_s'] - kernels
+      speedup = (f'{rest_now / rest:.1f}x faster needed' if rest_now > rest else
+                 'within it already')
       then = (f'leaving {_secs(rest)} for the rest of the step (softmax, norms, optimizer), '
-              f'which takes {_secs(rest_now)} now: {rest_now / rest:.1f}x faster needed'
-              if rest > 0 else 'ruled out by the kernels')
+              f'which takes {_secs(rest_now)} now: {speedup}' if rest > 0 else
+              'ruled out by the kernels')
       if rest_now < 0:  # the products ran faster in the step than alone: no bound
         then = (f'no bound: tx\'s step takes {_secs(txt["step_time_s"])}, less than its '
                 'products alone at these rates')
@@ -408,12 +411,17 @@ _TUNED_XLA = 'tuned XLA'  # XLA's GEMMs under the flags of `tx tune`'s choice
 
 
 def tuned_rates(case_doc: dict, dtype: str) -> tuple[float, dict] | None:
-  """(the n^3 ceiling, {product label: {dtype: FLOP/s}}) of XLA's GEMMs under the XLA flags
-  of `tx tune`'s choice for this case's step, timed alone by `tx bench --tune`
-  (`suite._time_under_tuned_flags`); None where the choice set no flags."""
+  """(the ceiling, {product label: {dtype: FLOP/s}}) of XLA's GEMMs under the XLA flags of
+  `tx tune`'s choice for this case's step, timed alone by `tx bench --tune`
+  (`suite._time_under_tuned_flags`); None where the choice set no flags. The ceiling is the
+  fastest of the n^3 product and the step's own products: under oneDNN's dot fusion the n^3
+  product ran slower than the step's own (benchmarks/NOTES.md, attempts 101 and 103), so
+  alone it is no ceiling (as `tx_side._own_ceiling` for MFU)."""
   tuned = case_doc.get('tuned') or {}
-  ceiling = (tuned.get('ceiling') or {}).get(dtype)
-  return (ceiling, tuned.get('gemms') or {}) if ceiling else None
+  square, gemms = (tuned.get('ceiling') or {}).get(dtype), tuned.get('gemms') or {}
+  if not square:
+    return None
+  return max([square] + [r[dtype] for r in gemms.values() if r.get(dtype)]), gemms
 
 
 def runs_torch_gemm(case_doc: dict) -> bool:
