@@ -565,8 +565,10 @@ def table(doc: dict) -> str:
                   f'  {s}' for s in spread]
   gemms = gemm_lines(doc)
   if gemms:
-    lines += ['', 'GEMMs of the training steps timed alone, GFLOP/s (XLA / torch):'] + [
-        f'  {g}' for g in gemms]
+    # the operand layouts tx's step computes in, not all the peers' (nn.Linear, Conv1D): the
+    # torch column compares the kernels, it does not predict the peer's step (NOTES attempt 104)
+    lines += ['', 'GEMMs of the training steps timed alone, GFLOP/s (XLA under the run\'s '
+              "XLA_FLAGS / torch.mm, both at tx's operand layouts):"] + [f'  {g}' for g in gemms]
   attention = attention_lines(doc)
   if attention:
     lines += ['', 'Self-attention of one layer, forward + backward timed alone, ms (tx\'s XLA '
