@@ -565,8 +565,8 @@ def table(doc: dict) -> str:
                   f'  {s}' for s in spread]
   gemms = gemm_lines(doc)
   if gemms:
-    # the operand layouts tx's step computes in, not all the peers' (nn.Linear, Conv1D): the
-    # torch column compares the kernels, it does not predict the peer's step (NOTES attempt 104)
+    # tx's operand layouts, not the peers' (nn.Linear, Conv1D): torch.mm ran both within 1-4 %
+    # on the AVX2 host (benchmarks/gemm_layouts.py, NOTES attempt 105)
     lines += ['', 'GEMMs of the training steps timed alone, GFLOP/s (XLA under the run\'s '
               "XLA_FLAGS / torch.mm, both at tx's operand layouts):"] + [f'  {g}' for g in gemms]
   attention = attention_lines(doc)
