@@ -679,6 +679,33 @@ def test_a_host_without_bf16_arithmetic_times_the_peers_ceiling_in_float32_only(
     assert ('bf16 not timed' in said[-1]) == (dtypes == ('float32',))
 
 
+def test_both_sides_time_the_steps_products_back_to_back_at_the_end(monkeypatch):
+  """XLA's products and attention are timed alone in the run's last tx ceiling, right before
+  torch's (the host's speed moves within minutes), not in the first one."""
+  calls = []
+
+  def fake_run(target, spec, *, threads, platform):
+    calls.append((target, 'gemms' in spec, 'attention' in spec))
+    if target.endswith(':ceiling'):
+      rates = {'gemms': {g[0]: {'float32': 3e9} for g in spec.get('gemms', [])}}
+      return {'float32_flops': 1e9, 'bfloat16_flops': 1e9, **rates}
+    return {'tokens_per_s': 1.0, 'step_time_s': 1.0, 'flops_per_step': 1.0,
+            'peak_rss_bytes': 1.0, 'compile_s': 1.0, 'first_step_s': 1.0}
+
+  monkeypatch.setattr(suite, 'run_isolated', fake_run)
+  info = {'host': {'isa': {'avx2': True}}, 'processor': 'cpu', 'platform': 'x',
+          'cpu_count': 2, 'threads': 2, 'jax': '0'}
+  monkeypatch.setattr(suite, 'machine', lambda threads, platform: dict(info))
+  doc = suite.run([cases.Case('gpt_6l', dict(cases.QUICK[1].spec))], say=lambda m: None)
+  ceilings = [c for c in calls if c[0].endswith(':ceiling')]
+  assert calls[0] == (f'{suite.TX}:ceiling', False, False)
+  assert calls[-2:] == [(f'{suite.TX}:ceiling', True, True), (f'{suite.PEERS}:ceiling', True,
+                                                                True)]
+  assert len(ceilings) == 3 and 'gemms' not in doc['ceilings'][-1]
+  assert set(doc['gemms']) == {'tx', 'peer'} and all(
+      r == {'float32': 3e9} for side in doc['gemms'].values() for r in side.values())
+
+
 def test_a_gpu_run_reports_the_datasheet_mfu_and_device_memory_and_judges_no_cpu_target():
   doc = _bf16_doc({'avx512_bf16': True, 'amx_bf16': False})
   doc['machine'].update(measured_on='gpu', device='NVIDIA H100 80GB HBM3')

@@ -285,10 +285,11 @@ def run(cases, *, peers: bool = True, threads: int = 2, say=print, ceiling_n: in
         order: str = 'alternate') -> dict:
   """Measures every case; returns the JSON document (machine with its host, ceilings, cases,
   targets, `gemms`: the decoder and encoder training steps' products timed alone by XLA and
-  by torch, labelled 'case: product', `step_gemms`: {case: [[product, m, k, n, times per
-  step]]}, `attention`: {side: {case: {dtype: seconds}}} of one self-attention's forward and
-  backward timed alone, and `step_attention`: {case: [batch, length, heads, head_dim,
-  causal, layers]}). ablate_attention: each decoder and encoder case also trains with its
+  by torch at the end of the run, one right after the other, labelled 'case: product',
+  `step_gemms`: {case: [[product, m, k, n, times per step]]}, `attention`: {side: {case:
+  {dtype: seconds}}} of one self-attention's forward and backward timed alone (as the
+  products), and `step_attention`: {case: [batch, length, heads, head_dim, causal,
+  layers]}). ablate_attention: each decoder and encoder case also trains with its
   attention replaced by a stand-in on both sides (cases' tx_train_ablated,
   peer_train_ablated): what attention costs inside each framework's step. rounds > 1:
   every training and decoding measurement runs that many times, tx and the peer in turn,
@@ -315,8 +316,7 @@ def run(cases, *, peers: bool = True, threads: int = 2, say=print, ceiling_n: in
                      for label, m, k, n, t, _ in products],
            'attention': [[case, *shape] for case, shape in step_attention.items()]}
   try:
-    ceilings = [run_isolated(f'{TX}:ceiling', dict(ceiling_spec, **parts), threads=threads,
-                             platform=platform)]
+    ceilings = [run_isolated(f'{TX}:ceiling', ceiling_spec, threads=threads, platform=platform)]
   except BenchError as e:
     if gpu:  # the first measurement is the check that jax sees a GPU
       raise UserError(f'--platform gpu: the first GPU measurement failed ({e}); install a CUDA '
@@ -325,8 +325,6 @@ def run(cases, *, peers: bool = True, threads: int = 2, say=print, ceiling_n: in
   info['device'] = ceilings[0].pop('device', None)
   info['peer_compile'] = peer_compile
   info['tuned'] = tune
-  gemm_rates = {'tx': ceilings[0].pop('gemms', {})}
-  attention = {'tx': ceilings[0].pop('attention', {})}
   say(f'matmul ceiling: {ceilings[0]["float32_flops"] / 1e9:.1f} GFLOP/s float32, '
       f'{ceilings[0]["bfloat16_flops"] / 1e9:.1f} bf16')
   results = {}
@@ -345,9 +343,14 @@ def run(cases, *, peers: bool = True, threads: int = 2, say=print, ceiling_n: in
                'order': order, 'partial': True, 'wall_s': time.time() - start})
   for case in cases:
     _time_under_tuned_flags(case, results[case.name], step_gemms, ceiling_spec, threads)
-  ceilings.append(run_isolated(f'{TX}:ceiling', ceiling_spec, threads=threads,
+  # the step's products and attention timed alone at the end, right before torch's: the
+  # host's speed moves by a fifth within minutes (benchmarks/NOTES.md, attempt 105), so
+  # columns timed a run apart would compare moments, not kernels
+  ceilings.append(run_isolated(f'{TX}:ceiling', dict(ceiling_spec, **parts), threads=threads,
                                platform=platform))
   ceilings[-1].pop('device', None)
+  gemm_rates = {'tx': ceilings[-1].pop('gemms', {})}
+  attention = {'tx': ceilings[-1].pop('attention', {})}
   ceiling = {d: max(c[f'{d}_flops'] for c in ceilings) for d in ('float32', 'bfloat16')}
   doc = {'machine': info, 'ceilings': ceilings, 'ceiling': ceiling,
          'cases': results, 'rounds': rounds, 'order': order, 'wall_s': time.time() - start}
