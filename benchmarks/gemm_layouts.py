@@ -74,6 +74,8 @@ def main(argv=None) -> None:
   parser.add_argument('--reps', type=int, default=5, help='timed samples per product a round')
   parser.add_argument('--threads', type=int, default=2)
   args = parser.parse_args(argv)
+  if min(args.rounds, args.reps, args.threads) < 1:
+    raise SystemExit('--rounds, --reps and --threads must be at least 1')
   spec = next((c.spec for c in cases.SUITE if c.name == args.case), None)
   if spec is None or spec.get('family') not in ('decoder', 'encoder'):
     raise SystemExit(f'--case {args.case}: not a decoder or encoder case of tx.bench.cases.SUITE')

@@ -60,6 +60,8 @@ def test_peer_layouts_are_the_layers_own():
   assert x_t.stride() == torch.randn(m, d).t().stride()  # xᵀ as a view, not tx's copy
 
 
-def test_an_unknown_case_is_refused():
+def test_an_unknown_case_or_no_rounds_is_refused():
   with pytest.raises(SystemExit, match='not a decoder or encoder case'):
     gemm_layouts.main(['--case', 'nope'])
+  with pytest.raises(SystemExit, match='at least 1'):
+    gemm_layouts.main(['--rounds', '0'])
