@@ -3,6 +3,7 @@ attention (tx.train.flops, tx.bench.tx_side, tx.bench.torch_peers,
 benchmarks/gpu_attention.py), so both sides time the same way. No JAX here: the peer's
 measuring process imports this module without it."""
 
+import statistics
 import time
 
 
@@ -33,6 +34,14 @@ def sample_seconds(call, wait, reps: int) -> list[float]:
     wait(result)
     samples.append((time.perf_counter() - start) / calls)
   return samples
+
+
+def median_and_best(samples: dict) -> tuple[dict, dict]:
+  """({label: {dtype: median}}, {label: {dtype: max}}) of {label: {dtype: [FLOP/s samples]}}:
+  the medians compare two kernels; the fastest sample bounds the time a product needs."""
+  pick = lambda f: {label: {d: f(r) for d, r in by_dtype.items()}
+                    for label, by_dtype in samples.items()}
+  return pick(statistics.median), pick(max)
 
 
 def process_usage() -> dict[str, float]:

@@ -82,3 +82,4 @@ def test_ceiling_times_only_the_dtypes_asked_for():
   assert result['float32_flops'] > 0 and 'bfloat16_flops' not in result
   assert list(result['gemms']['g']) == ['float32'] and list(result['attention']['a']) == [
       'float32']
+  assert result['gemms_best']['g']['float32'] >= result['gemms']['g']['float32']

@@ -252,10 +252,10 @@ def ceiling_arithmetic(doc: dict) -> list[str]:
   of that n^3 matmul ceiling (under the XLA flags of `tx tune`'s choice, where it set some,
   the fastest of XLA's n^3 product and the step's own products: `tuned_rates`); above 100 %
   the ceilings rule 1.5x out on this host. Where the
-  step's own products were timed (`step_gemms`), a second line, the finer bound: their time
-  at that GEMM's rates plus the attention products' at its ceiling, against the step time
-  1.5x the peer allows, and how much faster the rest of the step would then have to run
-  (no bound where tx's step is already faster than that time). Where its
+  step's own products were timed (`step_gemms`), a second line, the finer bound: their time at
+  that GEMM's best timed rates (`bound_rates`) plus the attention products' at its ceiling,
+  against the step time 1.5x the peer allows, and how much faster the rest of the step would
+  then have to run (no bound where tx's step is already faster than that time). Where its
   self-attention was timed alone on both sides (`step_attention`), a third: that time over
   all layers in each framework, against the gap between the two steps. Where both sides also
   trained with attention stubbed out (`tx_train_ablated`, `peer_train_ablated`), a fourth:
@@ -287,7 +287,7 @@ def ceiling_arithmetic(doc: dict) -> list[str]:
         f'{_TORCH_GEMM_NOTE if side == "peer" else ""}'
         f'{_WIDENED_NOTE.format(ceiling / 1e9) if gemm_dtype != dtype else ""}: {verdict}')
     gemm = step_gemm_seconds(doc, c.get('spec', {}).get('float32_case') or case, gemm_dtype,
-                             side, rates=flagged[1] if flagged else None)
+                             side, rates=bound_rates(doc, c, side, tuned=bool(flagged)))
     if gemm is not None:
       dense_s, dense_flops = gemm
       # the rest of the model FLOPs (attention's products) at no better than the n^3 ceiling
@@ -302,7 +302,7 @@ def ceiling_arithmetic(doc: dict) -> list[str]:
       if rest_now < 0:  # the products ran faster in the step than alone: no bound
         then = (f'no bound: tx\'s step takes {_secs(txt["step_time_s"])}, less than its '
                 'products alone at these rates')
-      lines.append(f'{case} ({dtype}): the step\'s own GEMMs at {gemm_name}\'s rates take '
+      lines.append(f'{case} ({dtype}): the step\'s own GEMMs at {gemm_name}\'s best rates take '
                    f'{_secs(dense_s)} and its attention products at least '
                    f'{_secs(kernels - dense_s)}: {_secs(kernels)} of the {_secs(allowed)} a '
                    f'step may take at 1.5x the peer, {then}')
@@ -422,6 +422,18 @@ def tuned_rates(case_doc: dict, dtype: str) -> tuple[float, dict] | None:
   if not square:
     return None
   return max([square] + [r[dtype] for r in gemms.values() if r.get(dtype)]), gemms
+
+
+def bound_rates(doc: dict, case_doc: dict, side: str, tuned: bool) -> dict:
+  """{product label: {dtype: FLOP/s}} the finer 1.5x bound takes for `side` ('tx', 'peer'), or
+  under `tx tune`'s flags where `tuned`: each product's fastest timed sample ('gemms_best'), as
+  a bound on the time the kernels need holds only at their best rate (the host's speed moves
+  by a fifth within minutes: a median timed at a slow moment would rule out what the step
+  can do); the medians where no best was recorded (a JSON from before it was)."""
+  if tuned:
+    timed = case_doc.get('tuned') or {}
+    return timed.get('gemms_best') or timed.get('gemms') or {}
+  return (doc.get('gemms_best') or {}).get(side) or doc.get('gemms', {}).get(side, {})
 
 
 def runs_torch_gemm(case_doc: dict) -> bool:

@@ -277,6 +277,7 @@ def _time_under_tuned_flags(case, result: dict, step_gemms: dict, ceiling_spec: 
     return
   result['tuned']['ceiling'] = {dtype: rates[f'{dtype}_flops']}
   result['tuned']['gemms'] = rates.get('gemms', {})
+  result['tuned']['gemms_best'] = rates.get('gemms_best', {})
 
 
 def run(cases, *, peers: bool = True, threads: int = 2, say=print, ceiling_n: int = 2048,
@@ -285,7 +286,8 @@ def run(cases, *, peers: bool = True, threads: int = 2, say=print, ceiling_n: in
         order: str = 'alternate') -> dict:
   """Measures every case; returns the JSON document (machine with its host, ceilings, cases,
   targets, `gemms`: the decoder and encoder training steps' products timed alone by XLA and
-  by torch at the end of the run, one right after the other, labelled 'case: product',
+  by torch at the end of the run, one right after the other, labelled 'case: product'
+  (medians; `gemms_best`: each one's fastest sample),
   `step_gemms`: {case: [[product, m, k, n, times per step]]}, `attention`: {side: {case:
   {dtype: seconds}}} of one self-attention's forward and backward timed alone (as the
   products), and `step_attention`: {case: [batch, length, heads, head_dim, causal,
@@ -301,7 +303,7 @@ def run(cases, *, peers: bool = True, threads: int = 2, say=print, ceiling_n: in
   tune: tx's side of each training case trains with `tx tune`'s cached choice for its step
   (measured first where none is cached; `tuned.choice`), recorded in the case's 'tuned';
   where the choice sets XLA flags, that also holds the n³ ceiling ('ceiling' {dtype: FLOP/s})
-  and the step's products ('gemms', or 'gemms_error') timed again under them
+  and the step's products ('gemms' and 'gemms_best', or 'gemms_error') timed again under them
   (`_time_under_tuned_flags`).
   on_case(doc): called after each case with the measurements so far ('partial': True), so
   that a run cut short (a time limit, a lent machine taken back) keeps what it measured."""
@@ -350,6 +352,7 @@ def run(cases, *, peers: bool = True, threads: int = 2, say=print, ceiling_n: in
                                platform=platform))
   ceilings[-1].pop('device', None)
   gemm_rates = {'tx': ceilings[-1].pop('gemms', {})}
+  gemm_best = {'tx': ceilings[-1].pop('gemms_best', {})}
   attention = {'tx': ceilings[-1].pop('attention', {})}
   ceiling = {d: max(c[f'{d}_flops'] for c in ceilings) for d in ('float32', 'bfloat16')}
   doc = {'machine': info, 'ceilings': ceilings, 'ceiling': ceiling,
@@ -360,11 +363,12 @@ def run(cases, *, peers: bool = True, threads: int = 2, say=print, ceiling_n: in
                         threads=threads, platform=platform)
     doc['peer_ceiling'] = {d: peer.get(f'{d}_flops') for d in ('float32', 'bfloat16')}
     gemm_rates['peer'] = peer.get('gemms', {})
+    gemm_best['peer'] = peer.get('gemms_best', {})
     attention['peer'] = peer.get('attention', {})
     say(f'torch matmul ceiling: {peer["float32_flops"] / 1e9:.1f} GFLOP/s float32, ' + (
         f'{peer["bfloat16_flops"] / 1e9:.1f} bf16' if 'bfloat16' in dtypes
         else 'bf16 not timed (no bf16 arithmetic on this host)'))
-  doc['gemms'] = gemm_rates
+  doc['gemms'], doc['gemms_best'] = gemm_rates, gemm_best
   doc['step_gemms'] = {case: [[label, m, k, n, count] for label, m, k, n, _, count in products]
                        for case, products in step_gemms.items()}
   doc['attention'] = attention

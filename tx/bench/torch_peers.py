@@ -330,10 +330,12 @@ def seq2seq_decode(spec):
 
 def ceiling(spec):
   """torch's n^3 matmul FLOP/s per dtype (float32, bfloat16): the median of `repeats` timed
-  calls after one untimed one, and the best; the peer side of the GEMM-ceiling arithmetic.
-  With spec['gemms'], each listed product's median too, and with spec['attention'] each
-  listed self-attention's forward and backward seconds (as tx_side.ceiling). spec['dtypes']
-  limits the dtypes (on a CPU without bf16 arithmetic torch emulates bf16: minutes a product)."""
+  calls after one untimed one, and the best; the peer side of the GEMM-ceiling arithmetic. With
+  spec['gemms'], each listed product's median too (and its best, 'gemms_best'), and with
+  spec['attention'] each listed self-attention's forward and backward seconds (as
+  tx_side.ceiling). spec['dtypes'] limits the dtypes (on a CPU without bf16 arithmetic torch
+  emulates bf16: minutes a product)."""
+  from tx.timing import median_and_best  # pylint: disable=g-import-not-at-top
   torch = _torch(spec)
   n, out = spec.get('n', 2048), {}
   dtypes = tuple((name, getattr(torch, name)) for name in
@@ -343,12 +345,10 @@ def ceiling(spec):
     out[f'{name}_flops'] = statistics.median(rates)
     out[f'{name}_flops_best'] = max(rates)
   if spec.get('gemms'):
-    out['gemms'] = {}
-    for label, m, k, n_, transposed, *_ in spec['gemms']:
-      out['gemms'][label] = {}
-      for name, _ in dtypes:
-        out['gemms'][label][name] = statistics.median(gemm_mm_rates(
-            torch, name, m, k, n_, transposed, spec.get('gemm_repeats', 5)))
+    samples = {label: {name: gemm_mm_rates(torch, name, m, k, n_, transposed,
+                                           spec.get('gemm_repeats', 5)) for name, _ in dtypes}
+               for label, m, k, n_, transposed, *_ in spec['gemms']}
+    out['gemms'], out['gemms_best'] = median_and_best(samples)
   if spec.get('attention'):
     out['attention'] = {label: {name: statistics.median(_sdpa_seconds(
         torch, dtype, *shape[:5], spec.get('gemm_repeats', 5))) for name, dtype in dtypes}

@@ -56,7 +56,7 @@ from tx.layers.attention import causal_block_count
 from tx.models.build import build_model
 from tx.ops.torch_host import torch_module
 from tx.tasks.objectives import make_task
-from tx.timing import process_usage, sample_seconds, usage_per_step
+from tx.timing import median_and_best, process_usage, sample_seconds, usage_per_step
 from tx.train.flops import flops_per_step, gemm_rates, matmul_rates, mlm_head_positions
 from tx.train.mesh import batch_sharding, logical_rules, make_mesh, stacked_sharding
 from tx.train.optimizer import make_optimizer
@@ -360,9 +360,9 @@ def ceiling(spec: dict) -> dict:
   """Achieved FLOP/s of a jitted n^3 matmul per dtype (inputs in the dtype, float32
   accumulation): the median of `repeats` timed calls, and the best. With spec['gemms']
   (tx/bench/cases.py step_gemms), also each listed product's median FLOP/s per dtype under
-  'gemms'; with spec['attention'] ([label, *step_attention]), each one's median seconds of
-  a forward and backward (`attention_seconds`) per dtype under 'attention'. 'device' names
-  the device measured (jax's device_kind)."""
+  'gemms' and its fastest sample under 'gemms_best'; with spec['attention'] ([label,
+  *step_attention]), each one's median seconds of a forward and backward (`attention_seconds`)
+  per dtype under 'attention'. 'device' names the device measured (jax's device_kind)."""
   _check_platform(spec)
   out = {'device': str(jax.devices()[0].device_kind)}
   dtypes = spec.get('dtypes', ('float32', 'bfloat16'))
@@ -371,10 +371,10 @@ def ceiling(spec: dict) -> dict:
     out[f'{dtype}_flops'] = statistics.median(rates)
     out[f'{dtype}_flops_best'] = max(rates)
   if spec.get('gemms'):
-    out['gemms'] = {label: {d: statistics.median(gemm_rates(d, m, k, n, rhs_transposed=t,
-                                                            reps=spec.get('gemm_repeats', 5)))
-                            for d in dtypes}
-                    for label, m, k, n, t, *_ in spec['gemms']}
+    samples = {label: {d: gemm_rates(d, m, k, n, rhs_transposed=t,
+                                     reps=spec.get('gemm_repeats', 5)) for d in dtypes}
+               for label, m, k, n, t, *_ in spec['gemms']}
+    out['gemms'], out['gemms_best'] = median_and_best(samples)
   if spec.get('attention'):
     out['attention'] = {label: {d: statistics.median(attention_seconds(
         d, *shape[:5], reps=spec.get('gemm_repeats', 5))) for d in dtypes}
