@@ -432,6 +432,26 @@ def test_model_candidates_are_timed_only_where_tx_chooses_the_setting(monkeypatc
   assert tune.model_candidates(_cfg()) == {}
 
 
+def test_a_choice_of_torchs_kernels_falls_back_to_xla_where_torch_is_missing(monkeypatch):
+  """A tune cache shared with an environment that had PyTorch: its torch-kernel choice is
+  left out with one line naming the cause and the fix, not a failure at the first step; its
+  other settings (steps per call) still apply."""
+  entry = {'choice': 'torch_attention_matmul_4_per_call',
+           'model_overrides': tune.MODEL_CANDIDATES['torch_attention_matmul']['model'],
+           'train_overrides': {'steps_per_call': 4}}
+  said = []
+  assert tune.with_choice(_cfg(), entry, said.append).model.matmul_impl == 'torch'
+  monkeypatch.setattr(importlib.util, 'find_spec', lambda name: None)  # torch not installed
+  cfg = tune.with_choice(_cfg(), entry, said.append)
+  assert (cfg.model.attention_impl, cfg.model.matmul_impl) == ('auto', 'auto')
+  assert cfg.train.steps_per_call == 4
+  missing, applied = said[-2:]
+  assert "'torch_attention_matmul_4_per_call'" in missing and 'no PyTorch' in missing
+  assert "pip install -e '.[interop]'" in missing and 'model.attention_impl=torch' in missing
+  assert 'train.steps_per_call=4' in applied and 'torch' not in applied
+  assert tune.with_choice(_cfg(), {'xla_flags': '--x'}, said.append) == _cfg()
+
+
 def test_a_chosen_model_setting_is_cached_and_applied_by_train_unless_set(tmp_path, monkeypatch):
   """The choice's model settings go into the entry; `with_choice` applies them to a
   config that left the attention to tx ('auto'), with a line saying so, and only then."""

@@ -207,6 +207,7 @@ def with_choice(cfg, entry: dict | None, say=print):
   train = (entry or {}).get('train_overrides') or {}
   if any(getattr(cfg.model, k) != 'auto' for k in model):
     model = {}
+  model = _without_missing_torch(model, (entry or {}).get('choice'), say)
   if any(getattr(cfg.train, k) is not None for k in train):
     train = {}
   if not model and not train:
@@ -215,6 +216,22 @@ def with_choice(cfg, entry: dict | None, say=print):
                    + [f'train.{k}={v}' for k, v in train.items()])
   say(f'tx: {said}, chosen by `tx tune` on this host for this step; {OPT_OUT}=0 turns this off')
   return cfg.replace(model=cfg.model.replace(**model), train=cfg.train.replace(**train))
+
+
+def _without_missing_torch(model: dict, choice, say) -> dict:
+  """A choice's model settings less those that run PyTorch's kernels where this environment
+  has no PyTorch (a tune cache shared with an environment that had it: the entry's key is the
+  host, jax and the step, not the packages), with a line saying so: XLA's kernels train the
+  same model, where torch's would fail at the first step."""
+  import importlib.util  # pylint: disable=g-import-not-at-top
+  needs_torch = [k for k, v in model.items() if str(v).startswith('torch')]
+  if not needs_torch or importlib.util.find_spec('torch') is not None:
+    return model
+  say(f"tx: `tx tune`'s choice {choice!r} runs PyTorch's kernels "
+      f"({', '.join(f'model.{k}={model[k]}' for k in needs_torch)}) and this environment has "
+      "no PyTorch: XLA's kernels instead; pip install -e '.[interop]' to use the choice, or "
+      '`tx tune --force` to choose again here')
+  return {k: v for k, v in model.items() if k not in needs_torch}
 
 
 def one_device_config(cfg):
