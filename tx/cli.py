@@ -366,12 +366,14 @@ def cmd_train(args) -> int:
   entry = None if args.no_tune else tune.apply(cfg, tune_if_missing=args.tune)
   from tx.config.base import to_dict  # pylint: disable=g-import-not-at-top
   distributed.check_same_config(to_dict(cfg), args.coordinator_timeout)
-  # Hosts of one job may have cached different choices; every process compiles process 0's.
-  chosen = distributed.process_zero_value(
-      'tx/tune', {k: (entry or {}).get(k) or {} for k in ('model_overrides', 'train_overrides')},
-      args.coordinator_timeout)
+  # Hosts of one job may have cached different choices; every process compiles process 0's,
+  # with XLA's kernels for torch's where any process lacks PyTorch.
+  mine = {k: (entry or {}).get(k) or {} for k in ('choice', 'model_overrides', 'train_overrides')}
+  every = distributed.every_process_value('tx/tune', dict(mine, torch=tune.has_torch()),
+                                          args.coordinator_timeout)
   say = print if distributed.is_main_process() else (lambda _: None)
-  cfg = tune.with_choice(cfg, chosen, say=say)
+  cfg = tune.with_choice(cfg, every[0], say=say,
+                         torch_everywhere=all(value['torch'] for value in every))
   check_workdir(args.workdir, cfg.name)
   from tx.runs.training import train_run  # pylint: disable=g-import-not-at-top
   result = train_run(cfg, args.workdir, quiet=args.quiet)

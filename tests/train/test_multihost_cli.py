@@ -10,6 +10,7 @@ hangs.
 """
 
 import json
+import os
 import subprocess
 import time
 
@@ -141,6 +142,40 @@ def test_every_process_takes_process_zeros_tuned_model_setting(tt, reference_con
   rows, _ = tt.rows(workdir)
   ref_rows, _ = tt.rows(ref_dir)  # torch's kernel against XLA's attention: float tolerance
   assert [r['loss'] for r in rows] == pytest.approx([r['loss'] for r in ref_rows], rel=1e-4)
+
+
+def test_a_tuned_torch_kernel_falls_back_to_xla_in_every_process_where_one_lacks_torch(
+    tt, reference_config):
+  """Process 0's cache chose torch's attention; process 1 has no PyTorch (blocked at start-up):
+  both compile XLA's attention, with one line from process 0, where process 1 alone would fail
+  at its first step (or, dropping it alone, compile another program than process 0's)."""
+  pytest.importorskip('torch')
+  from tx.bench import host as host_lib  # pylint: disable=import-outside-toplevel
+  from tx.runs import tune  # pylint: disable=import-outside-toplevel
+  from tx.train.run_dir import load_config_file  # pylint: disable=import-outside-toplevel
+  tmp, config, ref_dir, reference = reference_config
+  caches = [tmp / 'no_torch_cache_0', tmp / 'no_torch_cache_1']
+  env0 = {**tt.env(devices=1), 'TX_CACHE_DIR': str(caches[0])}
+  entry = tune.entry_path(load_config_file(str(config)), host_lib.probe(env0), env0)
+  entry.parent.mkdir(parents=True)
+  entry.write_text(json.dumps({'choice': 'torch_attention', 'xla_flags': '', 'timings': {},
+                               'model_overrides': {'attention_impl': 'torch'}}))
+  blocker = tmp / 'no_torch'  # a sitecustomize that hides torch from find_spec and import
+  blocker.mkdir(exist_ok=True)
+  (blocker / 'sitecustomize.py').write_text("import sys\nsys.modules['torch'] = None\n")
+  pythonpath = lambda i: (os.pathsep.join([str(blocker), tt.env()['PYTHONPATH']]) if i
+                          else tt.env()['PYTHONPATH'])
+  port, workdir = tt.free_port(), tmp / 'no_torch_run'
+  procs = _start(tt, tmp, lambda i: _train_argv(
+      config, workdir, '--coordinator', f'127.0.0.1:{port}', '--num-processes', '2',
+      '--process-id', str(i), '--coordinator-timeout', '120'),
+                 lambda i: {'TX_CACHE_DIR': str(caches[i]), 'PYTHONPATH': pythonpath(i)})
+  outputs = _finish(procs)
+  _check_equals_one_process(tt, workdir, outputs, ref_dir, reference)
+  assert "'torch_attention' runs PyTorch's kernels" in outputs[0][1]
+  assert 'a process of this job has no PyTorch' in outputs[0][1]
+  written = json.loads((workdir / 'config.json').read_text())
+  assert written['model']['attention_impl'] == 'auto'
 
 
 def test_an_unreachable_coordinator_is_one_line_within_the_timeout(tt, tmp_path):

@@ -450,6 +450,11 @@ def test_a_choice_of_torchs_kernels_falls_back_to_xla_where_torch_is_missing(mon
   assert "pip install -e '.[interop]'" in missing and 'model.attention_impl=torch' in missing
   assert 'train.steps_per_call=4' in applied and 'torch' not in applied
   assert tune.with_choice(_cfg(), {'xla_flags': '--x'}, said.append) == _cfg()
+  monkeypatch.undo()  # torch here, missing in another process of a multi-process job
+  cfg = tune.with_choice(_cfg(), entry, said.append, torch_everywhere=False)
+  assert cfg.model.matmul_impl == 'auto' and 'a process of this job' in said[-2]
+  assert tune.with_choice(_cfg(), entry, said.append, torch_everywhere=True).model \
+      .matmul_impl == 'torch'
 
 
 def test_a_chosen_model_setting_is_cached_and_applied_by_train_unless_set(tmp_path, monkeypatch):

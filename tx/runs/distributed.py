@@ -134,19 +134,19 @@ def check_same_config(config_dict: dict, timeout_s: float = DEFAULT_TIMEOUT_S) -
                     '--experiments sources')
 
 
-def process_zero_value(key: str, value, timeout_s: float = DEFAULT_TIMEOUT_S):
-  """Process 0's `value` (JSON-serialisable) on every process; `value` itself when alone. For
-  choices each process makes on its own that must agree (`tx tune`'s model setting: each
-  host reads its own cache, and every process must compile the same program)."""
+def every_process_value(key: str, value, timeout_s: float = DEFAULT_TIMEOUT_S) -> list:
+  """Every process's `value` (JSON-serialisable), in process order, on every process; [value]
+  when alone. For choices each process makes on its own that must agree (`tx tune`'s model
+  setting: each host reads its own cache, and every process must compile the same program)."""
   import jax  # pylint: disable=g-import-not-at-top
   if jax.process_count() == 1 or not compat.has_coordination_client():
-    return value
+    return [value]
   try:
     values = compat.exchange(key, json.dumps(value, sort_keys=True), timeout_s)
   except Exception:  # pylint: disable=broad-except
     raise UserError(f'processes did not all reach {key!r} within {timeout_s} s; one of them '
                     'probably failed: see its output') from None
-  return json.loads(values[0])
+  return [json.loads(v) for v in values]
 
 
 def process_id_without_connecting(args) -> int:

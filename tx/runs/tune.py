@@ -199,15 +199,18 @@ def _setting(candidate) -> tuple[str, dict, dict]:
           dict(candidate.get('train', {})))
 
 
-def with_choice(cfg, entry: dict | None, say=print):
+def with_choice(cfg, entry: dict | None, say=print, torch_everywhere: bool | None = None):
   """`cfg` with the model and training-loop settings of a cached choice (`apply`'s entry)
   where the config left them to tx: model settings where each is 'auto', steps_per_call where
-  it is None. `cfg` itself where nothing applies."""
+  it is None; torch's kernels only where PyTorch is installed (in this process, or where
+  `torch_everywhere` says so: in every process of a job). `cfg` itself where nothing applies."""
   model = (entry or {}).get('model_overrides') or {}
   train = (entry or {}).get('train_overrides') or {}
   if any(getattr(cfg.model, k) != 'auto' for k in model):
     model = {}
-  model = _without_missing_torch(model, (entry or {}).get('choice'), say)
+  where = 'this environment' if torch_everywhere is None else 'a process of this job'
+  if not (has_torch() if torch_everywhere is None else torch_everywhere):
+    model = _without_torch(model, (entry or {}).get('choice'), say, where)
   if any(getattr(cfg.train, k) is not None for k in train):
     train = {}
   if not model and not train:
@@ -218,19 +221,23 @@ def with_choice(cfg, entry: dict | None, say=print):
   return cfg.replace(model=cfg.model.replace(**model), train=cfg.train.replace(**train))
 
 
-def _without_missing_torch(model: dict, choice, say) -> dict:
-  """A choice's model settings less those that run PyTorch's kernels where this environment
-  has no PyTorch (a tune cache shared with an environment that had it: the entry's key is the
-  host, jax and the step, not the packages), with a line saying so: XLA's kernels train the
-  same model, where torch's would fail at the first step."""
+def has_torch() -> bool:
+  """Whether PyTorch is installed here (without importing it)."""
   import importlib.util  # pylint: disable=g-import-not-at-top
+  return importlib.util.find_spec('torch') is not None
+
+
+def _without_torch(model: dict, choice, say, where: str) -> dict:
+  """A choice's model settings less those that run PyTorch's kernels, for `where` has no
+  PyTorch (a tune cache shared with an environment that had it: the entry's key is the host,
+  jax and the step, not the packages), with a line saying so: XLA's kernels train the same
+  model, where torch's would fail at the first step."""
   needs_torch = [k for k, v in model.items() if str(v).startswith('torch')]
-  if not needs_torch or importlib.util.find_spec('torch') is not None:
-    return model
-  say(f"tx: `tx tune`'s choice {choice!r} runs PyTorch's kernels "
-      f"({', '.join(f'model.{k}={model[k]}' for k in needs_torch)}) and this environment has "
-      "no PyTorch: XLA's kernels instead; pip install -e '.[interop]' to use the choice, or "
-      '`tx tune --force` to choose again here')
+  if needs_torch:
+    say(f"tx: `tx tune`'s choice {choice!r} runs PyTorch's kernels "
+        f"({', '.join(f'model.{k}={model[k]}' for k in needs_torch)}) and {where} has no "
+        "PyTorch: XLA's kernels instead; pip install -e '.[interop]' to use the choice, or "
+        '`tx tune --force` to choose again here')
   return {k: v for k, v in model.items() if k not in needs_torch}
 
 
