@@ -111,22 +111,30 @@ def test_processes_with_different_configs_stop_in_one_line(tt, reference_config)
   assert not (workdir / 'checkpoints').exists()
 
 
-def test_every_process_takes_process_zeros_tuned_model_setting(tt, reference_config):
-  """Hosts of one job may have cached different `tx tune` choices (here: process 0's cache
-  chose torch's attention kernel at 4 steps per call, process 1 has none): every process
-  compiles process 0's, where the two would otherwise stop at the config check."""
-  pytest.importorskip('torch')
+def _process_zero_chose_torch_attention(tt, prefix, config, train_overrides) -> list:
+  """Two tune cache folders (process 0's, process 1's), only process 0's with an entry for
+  `config`'s step on this host choosing torch's attention (and `train_overrides`)."""
   from tx.bench import host as host_lib  # pylint: disable=import-outside-toplevel
   from tx.runs import tune  # pylint: disable=import-outside-toplevel
   from tx.train.run_dir import load_config_file  # pylint: disable=import-outside-toplevel
-  tmp, config, ref_dir, reference = reference_config
-  caches = [tmp / 'tune_cache_0', tmp / 'tune_cache_1']
+  caches = [prefix.with_name(f'{prefix.name}_{i}') for i in range(2)]
   env0 = {**tt.env(devices=1), 'TX_CACHE_DIR': str(caches[0])}
   entry = tune.entry_path(load_config_file(str(config)), host_lib.probe(env0), env0)
   entry.parent.mkdir(parents=True)
   entry.write_text(json.dumps({'choice': 'torch_attention', 'xla_flags': '', 'timings': {},
                                'model_overrides': {'attention_impl': 'torch'},
-                               'train_overrides': {'steps_per_call': 4}}))
+                               'train_overrides': train_overrides}))
+  return caches
+
+
+def test_every_process_takes_process_zeros_tuned_model_setting(tt, reference_config):
+  """Hosts of one job may have cached different `tx tune` choices (here: process 0's cache
+  chose torch's attention kernel at 4 steps per call, process 1 has none): every process
+  compiles process 0's, where the two would otherwise stop at the config check."""
+  pytest.importorskip('torch')
+  tmp, config, ref_dir, reference = reference_config
+  caches = _process_zero_chose_torch_attention(tt, tmp / 'tune_cache', config,
+                                               {'steps_per_call': 4})
   port, workdir = tt.free_port(), tmp / 'tuned'
   procs = _start(tt, tmp, lambda i: _train_argv(
       config, workdir, '--coordinator', f'127.0.0.1:{port}', '--num-processes', '2',
@@ -150,16 +158,8 @@ def test_a_tuned_torch_kernel_falls_back_to_xla_in_every_process_where_one_lacks
   both compile XLA's attention, with one line from process 0, where process 1 alone would fail
   at its first step (or, dropping it alone, compile another program than process 0's)."""
   pytest.importorskip('torch')
-  from tx.bench import host as host_lib  # pylint: disable=import-outside-toplevel
-  from tx.runs import tune  # pylint: disable=import-outside-toplevel
-  from tx.train.run_dir import load_config_file  # pylint: disable=import-outside-toplevel
   tmp, config, ref_dir, reference = reference_config
-  caches = [tmp / 'no_torch_cache_0', tmp / 'no_torch_cache_1']
-  env0 = {**tt.env(devices=1), 'TX_CACHE_DIR': str(caches[0])}
-  entry = tune.entry_path(load_config_file(str(config)), host_lib.probe(env0), env0)
-  entry.parent.mkdir(parents=True)
-  entry.write_text(json.dumps({'choice': 'torch_attention', 'xla_flags': '', 'timings': {},
-                               'model_overrides': {'attention_impl': 'torch'}}))
+  caches = _process_zero_chose_torch_attention(tt, tmp / 'no_torch_cache', config, {})
   blocker = tmp / 'no_torch'  # a sitecustomize that hides torch from find_spec and import
   blocker.mkdir(exist_ok=True)
   (blocker / 'sitecustomize.py').write_text("import sys\nsys.modules['torch'] = None\n")
