@@ -14,7 +14,8 @@ many runs they came from, the geometric mean and its t-interval on the logs
 (`tx.compare.stats.ratio_interval`: the rounds taken as independent draws), then, over two
 runs or more, the same with the runs as the draws (each run's geometric mean: the rounds of
 one session share its host's speed, so this wider interval is the cautious one), and, with
-`--bound`, whether the interval lies all above, all below, or either side of it. With
+`--bound`, whether the interval lies all above, all below, or either side of it, and for one
+either side, how many rounds (or runs) at the same mean and spread would settle it. With
 `--by-order`, each group is split by the side that ran first in its rounds (recorded since
 `tx bench --order`; older runs ran tx first in every round), and the ratio of the two
 groups' geometric means is printed with its Welch interval: an order effect where it
@@ -118,11 +119,13 @@ def main(argv=None) -> int:
             f'run{"s" if runs > 1 else ""}, tx/peer {min(ratios):.2f}-{max(ratios):.2f}x')
     if interval:
       line += f', geometric mean {_interval(interval, args.bound)}'
+      line += _to_settle(ratios, interval, args.bound, 'rounds')
     # the runs as the draws (each run's geometric mean): rounds of one session share its
     # host's speed, so this interval is the wider, more cautious one across sessions
     by_run = stats.ratio_interval([geometric_mean(r) for r in group['runs']])
     if by_run and runs > 1:
       line += f'; runs as draws {_interval(by_run, args.bound)}'
+      line += _to_settle([geometric_mean(r) for r in group['runs']], by_run, args.bound, 'runs')
     print(line)
   for (case, metric, setting), group in shown.items():  # --by-order: each pair of groups
     other = (case, metric, setting.replace(', tx first', ', peer first'))
@@ -144,6 +147,33 @@ def _exp(interval):
 def geometric_mean(ratios: list[float]) -> float:
   """exp(mean(log r)) of positive ratios [n] (one run's rounds): a scalar."""
   return math.exp(sum(math.log(r) for r in ratios) / len(ratios))
+
+
+def draws_to_settle(ratios: list[float], bound: float, most: int = 100_000) -> int | None:
+  """How many draws like `ratios` [n] (positive; n >= 2) would put the 95 % interval of
+  their geometric mean wholly on one side of `bound`, were their mean and spread of logs to
+  hold: the least N with t(0.975, N - 1) · sd / sqrt(N) < |mean - log(bound)|. None where that
+  takes more than `most` (a mean at the bound: more draws cannot settle it)."""
+  from tx.compare import stats  # pylint: disable=g-import-not-at-top
+  logs = [math.log(r) for r in ratios]
+  gap, sd = abs(stats.mean(logs) - math.log(bound)), stats.std(logs) or 0.0
+  half = lambda n: stats.t_quantile(0.975, n - 1) * sd / math.sqrt(n)
+  if gap == 0 or half(most) >= gap:
+    return None
+  low, high = 2, most  # half(n) falls with n: the least n with half(n) < gap, by bisection
+  while low < high:
+    mid = (low + high) // 2
+    low, high = (low, mid) if half(mid) < gap else (mid + 1, high)
+  return low
+
+
+def _to_settle(ratios: list[float], interval, bound: float | None, draws: str) -> str:
+  """' (~N rounds would settle it ...)' where the interval straddles `bound`, else ''."""
+  if bound is None or not interval.low <= bound <= interval.high:
+    return ''
+  n = draws_to_settle(ratios, bound)
+  return (f' (a mean this close to {bound} would take over 100,000 {draws} to settle)'
+          if n is None else f' (~{n:,} {draws} would settle it, were mean and spread to hold)')
 
 
 def _interval(interval, bound: float | None) -> str:

@@ -1,6 +1,7 @@
 """`tx bench`: the report's arithmetic, one real side-by-side run, scan keeps compiles flat."""
 
 import json
+import math
 import os
 
 import jax
@@ -249,13 +250,19 @@ def test_the_default_order_puts_each_side_first_in_every_second_round(monkeypatc
   assert 'order_intervals' not in report._intervals([1.0, 1.1, 1.2], ['tx', 'tx', 'peer'])
 
 
-def test_pooled_rounds_split_by_the_side_that_ran_first(tmp_path, capsys):
-  """benchmarks/pooled_ratio.py --by-order: runs that recorded no order ran tx first."""
+def _pooled_ratio_module():
+  """benchmarks/pooled_ratio.py, a script outside the package, as a module."""
   import importlib.util  # pylint: disable=g-import-not-at-top
   path = os.path.join(os.path.dirname(__file__), '..', '..', 'benchmarks', 'pooled_ratio.py')
   module_spec = importlib.util.spec_from_file_location('pooled_ratio', path)
-  pooled_ratio = importlib.util.module_from_spec(module_spec)
-  module_spec.loader.exec_module(pooled_ratio)
+  module = importlib.util.module_from_spec(module_spec)
+  module_spec.loader.exec_module(module)
+  return module
+
+
+def test_pooled_rounds_split_by_the_side_that_ran_first(tmp_path, capsys):
+  """benchmarks/pooled_ratio.py --by-order: runs that recorded no order ran tx first."""
+  pooled_ratio = _pooled_ratio_module()
   row = {'case': 'bert_6l', 'metric': 'train tokens/s', 'ratio_rounds': [0.9, 1.0, 0.8, 1.1]}
   new = {'rows': [dict(row, first_rounds=['tx', 'peer', 'tx', 'peer'])],
          'cases': {'bert_6l': {'spec': {}}}}
@@ -287,6 +294,23 @@ def test_pooled_rounds_split_by_the_side_that_ran_first(tmp_path, capsys):
   runs = stats.ratio_interval([(0.9 * 0.8) ** 0.5, (0.7 * 0.75) ** 0.5])
   assert (f'; runs as draws {runs.diff:.3f}x, 95 % interval {runs.low:.3f}-{runs.high:.3f}x'
           in printed.splitlines()[1])
+
+
+def test_pooled_rounds_say_how_many_draws_would_settle_an_interval_across_the_bound(capsys):
+  """An interval either side of the bound: the least N whose t-interval at the same mean and
+  spread of logs would exclude it; none for a mean at the bound."""
+  pooled_ratio = _pooled_ratio_module()
+  ratios = [1.3, 1.6, 1.4, 1.5]
+  logs = [math.log(r) for r in ratios]
+  gap, sd = abs(stats.mean(logs) - math.log(1.5)), stats.std(logs)
+  half = lambda n: stats.t_quantile(0.975, n - 1) * sd / math.sqrt(n)
+  n = pooled_ratio.draws_to_settle(ratios, 1.5)
+  assert half(n) < gap <= half(n - 1) and n > len(ratios)
+  assert pooled_ratio.draws_to_settle([0.9, 1.0 / 0.9], 1.0) is None  # geometric mean 1.0
+  interval = stats.ratio_interval(ratios)
+  assert f'~{n:,} rounds would settle it' in pooled_ratio._to_settle(ratios, interval, 1.5,
+                                                                      'rounds')
+  assert pooled_ratio._to_settle(ratios, interval, 1.0, 'rounds') == ''  # all above 1.0
 
 
 def test_a_targets_interval_says_which_side_of_its_bound_it_lies():
