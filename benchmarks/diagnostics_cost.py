@@ -55,13 +55,13 @@ def make_case(case: str, diagnostics: bool):
   from tx.bench.cases import SUITE  # pylint: disable=g-import-not-at-top
   from tx.bench.tuned import step_config  # pylint: disable=g-import-not-at-top
   from tx.config.base import to_dict  # pylint: disable=g-import-not-at-top
-  from tx.runs import tune  # pylint: disable=g-import-not-at-top
+  from tx.runs import tune, tune_step  # pylint: disable=g-import-not-at-top
   spec = next((c.spec for c in SUITE if c.name == case), None)
   if spec is None:
     raise SystemExit(f'unknown shape or case {case!r}: pick one of {", ".join(SHAPES)} or a '
                      '`tx bench` training case (python -m tx bench --help)')
   cfg = tune.one_device_config(step_config(spec))
-  compiled, state, batch, _, _ = tune.compiled_step(
+  compiled, state, batch, _, _ = tune_step.compiled_step(
       {'config': to_dict(cfg), 'train_overrides': {'diagnostics': diagnostics}})
   state, m = compiled(state, batch)  # the first call: buffers, caches
   jax.block_until_ready(m)

@@ -37,14 +37,14 @@ def _worker(case: str, calls: int, per_call: int | None) -> None:
   from tx.bench.cases import SUITE  # pylint: disable=g-import-not-at-top
   from tx.bench.tuned import step_config  # pylint: disable=g-import-not-at-top
   from tx.config.base import to_dict  # pylint: disable=g-import-not-at-top
-  from tx.runs import tune  # pylint: disable=g-import-not-at-top
+  from tx.runs import tune, tune_step  # pylint: disable=g-import-not-at-top
   spec = next((c.spec for c in SUITE if c.name == case), None)
   if spec is None:
     raise SystemExit(f'unknown case {case!r}: pick one of '
                      + ', '.join(c.name for c in SUITE if 'train' in c.kinds))
   cfg = tune.one_device_config(step_config(spec))
   train = {'steps_per_call': per_call} if per_call else {}
-  compiled, state, batch, cfg, _ = tune.compiled_step({'config': to_dict(cfg),
+  compiled, state, batch, cfg, _ = tune_step.compiled_step({'config': to_dict(cfg),
                                                        'train_overrides': train})
   temp = compiled.memory_analysis().temp_size_in_bytes
   rows = []

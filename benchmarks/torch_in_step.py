@@ -194,7 +194,7 @@ def main() -> None:
   from tx.config.base import to_dict  # pylint: disable=g-import-not-at-top
   from tx.ops import torch_attention, torch_matmul  # pylint: disable=g-import-not-at-top
   from tx.ops.torch_host import torch_module  # pylint: disable=g-import-not-at-top
-  from tx.runs import tune  # pylint: disable=g-import-not-at-top
+  from tx.runs import tune, tune_step  # pylint: disable=g-import-not-at-top
   torch = torch_module()
   torch.set_num_threads(args.threads)
   _wrap(torch_matmul, '_product_into', 'gemm forward')
@@ -206,7 +206,7 @@ def main() -> None:
     raise SystemExit(f'unknown case {args.case!r}: pick one of '
                      + ', '.join(c.name for c in SUITE if 'train' in c.kinds))
   cfg = tune.one_device_config(step_config(spec))
-  compiled, state, batch, cfg, _ = tune.compiled_step({'config': to_dict(cfg)})
+  compiled, state, batch, cfg, _ = tune_step.compiled_step({'config': to_dict(cfg)})
   per_call = cfg.train.per_call
   steps, wall = 0, 0.0
   for call in range(args.calls):

@@ -18,7 +18,7 @@ from tx.bench import host as host_lib
 from tx.bench import worker
 from tx.cli import main
 from tx.config.base import ConfigError, parse_overrides
-from tx.runs import tune
+from tx.runs import tune, tune_step
 
 TINY = ['model.d_model=32', 'model.num_heads=2', 'model.d_ff=64', 'model.num_layers=1',
         'model.max_len=16', 'data.seq_len=16', 'train.batch_size=4', 'model.norm=layernorm']
@@ -767,13 +767,13 @@ def test_a_lone_candidate_gets_an_untimed_call_even_without_warmup(monkeypatch):
   """With --warmup 0 a program's first call (its buffers' first use) is still not timed, for
   a candidate timed alone as for twins (`time_twins`), so that the two are timed alike."""
   cfg, calls = _cfg(), []
-  monkeypatch.setattr(tune, 'compiled_step', lambda spec: ('call', 'state', 'batch', cfg, 0.0))
+  monkeypatch.setattr(tune_step, 'compiled_step', lambda spec: ('call', 'state', 'batch', cfg, 0.0))
   def timed_calls(compiled, state, batch, per_call, n):
     calls.append(n)
     return state, [1.0] * n
-  monkeypatch.setattr(tune, '_timed_calls', timed_calls)
-  assert tune.time_step({'steps': 3, 'warmup': 0})['step_times_s'] == [1.0] * 3
-  assert tune.time_step({'steps': 3, 'warmup': 2})['step_times_s'] == [1.0] * 3
+  monkeypatch.setattr(tune_step, '_timed_calls', timed_calls)
+  assert tune_step.time_step({'steps': 3, 'warmup': 0})['step_times_s'] == [1.0] * 3
+  assert tune_step.time_step({'steps': 3, 'warmup': 2})['step_times_s'] == [1.0] * 3
   assert calls == [1, 3, 2, 3]
 
 
@@ -783,7 +783,7 @@ def test_time_twins_times_both_programs_on_one_state():
   from tx.config.base import to_dict  # pylint: disable=g-import-not-at-top
   spec = {'config': to_dict(tune.one_device_config(_cfg())), 'steps': 4, 'warmup': 1,
           'model_overrides': {}, 'train_variants': [{}, {'steps_per_call': 2}]}
-  one, two = tune.time_twins(spec)['variants']
+  one, two = tune_step.time_twins(spec)['variants']
   assert (one['steps_per_call'], two['steps_per_call']) == (1, 2)
   assert len(one['step_times_s']) == 4 and len(two['step_times_s']) == 2  # 2 / 1 a block
   assert one['pid'] == two['pid'] and all(t > 0 for t in one['step_times_s'] + two['step_times_s'])

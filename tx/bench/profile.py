@@ -178,9 +178,9 @@ def tx_step(spec: dict) -> dict:
 
 def experiment_step(spec: dict) -> dict:
   """`tx profile`'s worker: the training step of spec['config'] (an experiment's config as
-  a dict; `tx.runs.tune.compiled_step`, synthetic batches) profiled as `tx_step`."""
-  from tx.runs import tune  # pylint: disable=g-import-not-at-top  (jax: the worker's)
-  compiled, state, batch, cfg, _ = tune.compiled_step(spec)
+  a dict; `tx.runs.tune_step.compiled_step`, synthetic batches) profiled as `tx_step`."""
+  from tx.runs import tune_step  # pylint: disable=g-import-not-at-top  (jax: the worker's)
+  compiled, state, batch, cfg, _ = tune_step.compiled_step(spec)
   return profile_compiled(compiled, state, batch, cfg.train.per_call,
                           spec.get('profile_calls', 2), spec.get('profile_top', 4))
 
