@@ -321,6 +321,15 @@ def test_a_targets_interval_says_which_side_of_its_bound_it_lies():
   assert report._interval([0.95, 0.91, 0.99]) == '0.95x (95 % interval 0.91-0.99x)'
 
 
+def test_a_specs_model_key_sets_tx_sides_model_fields_over_the_peers_architecture():
+  """`model` in a spec (in-process A/Bs, benchmarks/step_ab.py) overrides the architecture
+  copied from the peer on tx's side only; without it tx's model stays the peer's."""
+  spec = dict(cases.QUICK[0].spec)
+  assert tx_side.model_config(spec).ffn == 'gelu_tanh'
+  changed = tx_side.model_config(dict(spec, model={'ffn': 'relu', 'norm': 'rmsnorm'}))
+  assert (changed.ffn, changed.norm, changed.use_bias) == ('relu', 'rmsnorm', True)
+
+
 def _hlo_size(layers: int) -> int:
   spec = dict(cases.QUICK[0].spec, layers=layers, scan=True, batch=2)
   cfg = tx_side.experiment(spec)

@@ -25,7 +25,9 @@ selects at most that many); xla_options (train: XLA debug options for this step'
 alone, `compile(compiler_options=...)`, e.g. {'xla_cpu_use_onednn': True} or
 {'xla_cpu_experimental_ynn_fusion_type': 'LIBRARY_FUSION_TYPE_DOT'} (enum names, not the
 XLA_FLAGS spellings): settings compared in one process); decoding: prompt_len, new,
-repeats. steps_per_call (train.steps_per_call); grad_accum_steps (optim.grad_accum_steps:
+repeats. model (tx's side only: ModelConfig fields set otherwise, e.g. {'ffn': 'relu'}, for
+in-process A/Bs of what a part costs in tx's step; the peer ignores it). steps_per_call
+(train.steps_per_call); grad_accum_steps (optim.grad_accum_steps:
 tx's step takes its batch in that many micro-batches, the same update; the peer's step
 does not). platform ('cpu' | 'gpu', set by tx/bench/worker.py): a 'gpu' measurement refuses
 to run on anything but a GPU, and adds device_peak_bytes (the allocator's high-water mark)
@@ -96,7 +98,7 @@ def model_config(spec: dict) -> ModelConfig:
                      attention_impl=spec.get('attention_impl', 'auto'),
                      matmul_impl=spec.get('matmul_impl', 'auto'),
                      norm_impl=spec.get('norm_impl', 'auto'), **layers,
-                     **_ARCH[family])
+                     **{**_ARCH[family], **spec.get('model', {})})
 
 
 def experiment(spec: dict) -> ExperimentConfig:
