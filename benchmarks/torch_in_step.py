@@ -1,6 +1,6 @@
 """torch's kernels inside tx's training step against the same torch calls alone.
 
-  python benchmarks/torch_in_step.py [CASE] [--threads 2] [--calls 3] [--cpu-by-thread]
+  python benchmarks/torch_in_step.py [CASE] [--set JSON] [--threads 2] [--calls 3] [--cpu-by-thread]
 
 On the Intel host tx's step with torch's GEMM and attention (`bert_6l_torch_kernels_4_per_call`)
 spends more in those kernels than the peer spends in the same kernels (benchmarks/NOTES.md,
@@ -27,6 +27,7 @@ uses every CPU the process may run on. The numbers are medians of a few calls.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import resource
 import statistics
@@ -175,6 +176,8 @@ def _attention_calls(torch, backward_shapes, causal: bool):
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   parser.add_argument('case', nargs='?', default='bert_6l_torch_kernels_4_per_call')
+  parser.add_argument('--set', default='{}', metavar='JSON',
+                      help='case spec keys set otherwise, e.g. \'{"attention_impl": "torch"}\'')
   parser.add_argument('--threads', type=int, default=2)
   parser.add_argument('--calls', type=int, default=3, help='training calls; the first is not counted')
   parser.add_argument('--cpu-by-thread', action='store_true',
@@ -205,6 +208,7 @@ def main() -> None:
   if spec is None:
     raise SystemExit(f'unknown case {args.case!r}: pick one of '
                      + ', '.join(c.name for c in SUITE if 'train' in c.kinds))
+  spec = dict(spec, **json.loads(args.set))
   cfg = tune.one_device_config(step_config(spec))
   compiled, state, batch, cfg, _ = tune_step.compiled_step({'config': to_dict(cfg)})
   per_call = cfg.train.per_call
