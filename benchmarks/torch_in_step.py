@@ -1,6 +1,7 @@
 """torch's kernels inside tx's training step against the same torch calls alone.
 
-  python benchmarks/torch_in_step.py [CASE] [--set JSON] [--threads 2] [--calls 3] [--cpu-by-thread]
+  python benchmarks/torch_in_step.py [CASE] [--set JSON] [--threads 2] [--calls 3] \
+      [--cpu-by-thread]
 
 On the Intel host tx's step with torch's GEMM and attention (`bert_6l_torch_kernels_4_per_call`)
 spends more in those kernels than the peer spends in the same kernels (benchmarks/NOTES.md,
@@ -208,7 +209,10 @@ def main() -> None:
   if spec is None:
     raise SystemExit(f'unknown case {args.case!r}: pick one of '
                      + ', '.join(c.name for c in SUITE if 'train' in c.kinds))
-  spec = dict(spec, **json.loads(args.set))
+  try:
+    spec = dict(spec, **json.loads(args.set))
+  except (ValueError, TypeError) as e:
+    raise SystemExit(f'--set {args.set!r}: not a JSON object of spec keys ({e})') from None
   cfg = tune.one_device_config(step_config(spec))
   compiled, state, batch, cfg, _ = tune_step.compiled_step({'config': to_dict(cfg)})
   per_call = cfg.train.per_call

@@ -328,6 +328,9 @@ def test_a_specs_model_key_sets_tx_sides_model_fields_over_the_peers_architectur
   assert tx_side.model_config(spec).ffn == 'gelu_tanh'
   changed = tx_side.model_config(dict(spec, model={'ffn': 'relu', 'norm': 'rmsnorm'}))
   assert (changed.ffn, changed.norm, changed.use_bias) == ('relu', 'rmsnorm', True)
+  assert tx_side.model_config(dict(spec, model={'dtype': 'bfloat16'})).dtype == 'bfloat16'
+  with pytest.raises(ValueError, match="'model': fnn not ModelConfig fields"):
+    tx_side.model_config(dict(spec, model={'fnn': 'relu'}))
 
 
 def _hlo_size(layers: int) -> int:

@@ -46,4 +46,3 @@ def test_a_worker_times_every_product_of_the_step():
   got = flag_gemm_rates._measure('gpt_baby', reps=1, threads=1, use_torch=False)
   assert set(got) == {p[0] for p in flag_gemm_rates.products('gpt_baby')}
   assert all(best >= median > 0 for median, best in got.values())
-

@@ -37,6 +37,7 @@ to a training result.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import statistics
 import time
 from unittest import mock
@@ -90,15 +91,21 @@ def model_config(spec: dict) -> ModelConfig:
   lengths = (spec['src_len'], spec['tgt_len']) if family == 'encoder_decoder' else (spec['ctx'],)
   layers = ({'num_encoder_layers': spec['enc_layers'], 'num_decoder_layers': spec['dec_layers']}
             if family == 'encoder_decoder' else {'num_layers': spec['layers']})
-  return ModelConfig(family=family, vocab_size=spec['vocab'], d_model=spec['d_model'],
-                     num_heads=spec['heads'], d_ff=spec['d_ff'],
-                     max_len=max(spec.get('max_len', 0), *lengths),
-                     dtype=spec.get('dtype', 'float32'), scan_layers=spec.get('scan', False),
-                     remat=spec.get('remat', 'none'),
-                     attention_impl=spec.get('attention_impl', 'auto'),
-                     matmul_impl=spec.get('matmul_impl', 'auto'),
-                     norm_impl=spec.get('norm_impl', 'auto'), **layers,
-                     **{**_ARCH[family], **spec.get('model', {})})
+  cfg = ModelConfig(family=family, vocab_size=spec['vocab'], d_model=spec['d_model'],
+                    num_heads=spec['heads'], d_ff=spec['d_ff'],
+                    max_len=max(spec.get('max_len', 0), *lengths),
+                    dtype=spec.get('dtype', 'float32'), scan_layers=spec.get('scan', False),
+                    remat=spec.get('remat', 'none'),
+                    attention_impl=spec.get('attention_impl', 'auto'),
+                    matmul_impl=spec.get('matmul_impl', 'auto'),
+                    norm_impl=spec.get('norm_impl', 'auto'), **layers,
+                    **_ARCH[family])
+  overrides = spec.get('model') or {}
+  unknown = sorted(set(overrides) - {f.name for f in dataclasses.fields(ModelConfig)})
+  if unknown:
+    raise ValueError(f"bench spec 'model': {', '.join(unknown)} not ModelConfig fields; "
+                     'name fields of tx.ModelConfig')
+  return cfg.replace(**overrides) if overrides else cfg
 
 
 def experiment(spec: dict) -> ExperimentConfig:
