@@ -44,20 +44,32 @@ def main(argv=None) -> int:
                            'untimed call (0: one timed call of each in turn)')
   args = parser.parse_args(argv)
 
-  import jax  # pylint: disable=g-import-not-at-top  (after argparse: --help stays fast)
-  from tx.bench import cases, tx_side  # pylint: disable=g-import-not-at-top
-  base = next((c.spec for c in cases.SUITE if c.name == args.case), None)
-  if base is None:
+  # after argparse: --help stays fast
+  from tx.bench import cases  # pylint: disable=g-import-not-at-top
+  if not any(c.name == args.case for c in cases.SUITE):
     parser.error(f'no case {args.case!r}; the cases: {", ".join(c.name for c in cases.SUITE)}')
+  variants = [(name, json.loads(settings)) for name, settings in args.variant]
+  times = time_variants(args.case, variants, args.rounds, args.warmup, args.block)
+  print_variants(times)
+  return 0
 
-  variants = {}
-  for name, settings in args.variant:
-    compiled, state, batch, cfg, _, _ = tx_side.compiled_train_step(
-        dict(base, **json.loads(settings)))
-    for _ in range(args.warmup):
-      state, metrics = compiled(state, batch)
+
+def time_variants(case: str, variants: list[tuple[str, dict]], rounds: int, warmup: int = 2,
+                  block: int = 0) -> dict[str, list[float]]:
+  """{name: seconds a step of each timed call} of `variants` ((name, the spec keys it sets)
+  of bench case `case`), compiled in this process and timed in turn as the module docstring
+  says: `rounds` rounds, the order reversed every other one; `block` > 0: that many timed
+  calls of a variant in a row per round after one untimed."""
+  import jax  # pylint: disable=g-import-not-at-top
+  from tx.bench import cases, tx_side  # pylint: disable=g-import-not-at-top
+  base = next(c.spec for c in cases.SUITE if c.name == case)
+  compiled = {}
+  for name, settings in variants:
+    call, state, batch, cfg, _, _ = tx_side.compiled_train_step(dict(base, **settings))
+    for _ in range(warmup):
+      state, metrics = call(state, batch)
       jax.block_until_ready(metrics)
-    variants[name] = {'call': compiled, 'state': state, 'batch': batch,
+    compiled[name] = {'call': call, 'state': state, 'batch': batch,
                       'per_call': cfg.train.per_call, 'times': []}
 
   def timed_call(v) -> float:
@@ -66,22 +78,25 @@ def main(argv=None) -> int:
     jax.block_until_ready(metrics)
     return (time.perf_counter() - start) / v['per_call']
 
-  for r in range(args.rounds):
-    for name in (list(variants) if r % 2 == 0 else list(reversed(variants))):
-      v = variants[name]
-      if args.block:
+  for r in range(rounds):
+    for name in (list(compiled) if r % 2 == 0 else list(reversed(compiled))):
+      v = compiled[name]
+      if block:
         timed_call(v)  # the switch from the other variant's program: untimed
-        v['times'] += [timed_call(v) for _ in range(args.block)]
+        v['times'] += [timed_call(v) for _ in range(block)]
       else:
         v['times'].append(timed_call(v))
+  return {name: v['times'] for name, v in compiled.items()}
 
-  first = statistics.median(next(iter(variants.values()))['times'])
-  for name, v in variants.items():
-    median = statistics.median(v['times'])
-    print(f'{name:<16} {median * 1e3:8.1f} ms a step (fastest {min(v["times"]) * 1e3:.1f}), '
-          f'{median / first:.3f}x the first; every call: '
-          + ' '.join(f'{t * 1e3:.0f}' for t in v['times']))
-  return 0
+
+def print_variants(times: dict[str, list[float]]) -> None:
+  """Per variant: the median and fastest ms a step, the median against the first's, every
+  call's."""
+  first = statistics.median(next(iter(times.values())))
+  for name, t in times.items():
+    median = statistics.median(t)
+    print(f'{name:<16} {median * 1e3:8.1f} ms a step (fastest {min(t) * 1e3:.1f}), '
+          f'{median / first:.3f}x the first; every call: ' + ' '.join(f'{x * 1e3:.0f}' for x in t))
 
 
 if __name__ == '__main__':

@@ -1,0 +1,104 @@
+// A float32 2-D product for XLA:CPU through its FFI (a custom call), for
+// benchmarks/ffi_gemm_step.py: C [M, N] = op(A) · op(B), row-major, op = transpose or not.
+//
+// mode 0: numpy's bundled OpenBLAS (its cblas_sgemm, set by tx_ffi_gemm_set_sgemm), the
+//         rows (or columns, whichever are more) of C split into one part per thread of
+//         XLA's intra-op pool, each part one-threaded in OpenBLAS: OpenBLAS's own threads
+//         would spin beside XLA's and slow the rest of the step.
+// mode 1: nothing: C keeps whatever its buffer held. The step's time without its products.
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <thread>
+
+#include "xla/ffi/api/ffi.h"
+
+namespace ffi = xla::ffi;
+
+namespace {
+
+// cblas_sgemm of an OpenBLAS built with 64-bit integers (numpy's scipy-openblas64).
+using Sgemm = void (*)(int order, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
+                       float alpha, const float* a, int64_t lda, const float* b, int64_t ldb,
+                       float beta, float* c, int64_t ldc);
+using SetThreadsLocal = int (*)(int threads);
+
+constexpr int kRowMajor = 101, kNoTrans = 111, kTrans = 112;
+Sgemm sgemm = nullptr;
+SetThreadsLocal set_threads_local = nullptr;
+
+struct Product {
+  const float* a;
+  const float* b;
+  float* c;
+  int64_t m, n, k, lda, ldb;
+  bool trans_a, trans_b, split_rows;
+  int64_t part, parts;
+  std::atomic<int64_t> next{0}, done{0};
+
+  void Run(int64_t i) {
+    int64_t lo = i * part, hi = std::min(split_rows ? m : n, lo + part);
+    const float* a0 = split_rows ? (trans_a ? a + lo : a + lo * lda) : a;
+    const float* b0 = split_rows ? b : (trans_b ? b + lo * ldb : b + lo);
+    sgemm(kRowMajor, trans_a ? kTrans : kNoTrans, trans_b ? kTrans : kNoTrans,
+          split_rows ? hi - lo : m, split_rows ? n : hi - lo, k, 1.0f, a0, lda, b0, ldb, 0.0f,
+          split_rows ? c + lo * n : c + lo, n);
+  }
+
+  // Claims parts until none are left: a pool task that starts late finds nothing to do,
+  // so the caller never waits on a part that no thread has begun.
+  void Work() {
+    if (set_threads_local != nullptr) set_threads_local(1);
+    for (int64_t i; (i = next.fetch_add(1)) < parts;) {
+      Run(i);
+      done.fetch_add(1);
+    }
+  }
+};
+
+ffi::Error Gemm(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> a, ffi::Buffer<ffi::F32> b,
+                ffi::ResultBuffer<ffi::F32> c, bool trans_a, bool trans_b, int32_t mode) {
+  if (mode == 1) return ffi::Error::Success();
+  if (sgemm == nullptr) return ffi::Error::InvalidArgument("tx_ffi_gemm: no sgemm was set");
+  auto da = a.dimensions(), db = b.dimensions();
+  auto p = std::make_shared<Product>();
+  p->a = a.typed_data();
+  p->b = b.typed_data();
+  p->c = c->typed_data();
+  p->m = trans_a ? da[1] : da[0];
+  p->k = trans_a ? da[0] : da[1];
+  p->n = trans_b ? db[0] : db[1];
+  p->lda = da[1];
+  p->ldb = db[1];
+  p->trans_a = trans_a;
+  p->trans_b = trans_b;
+  p->split_rows = p->m >= p->n;
+  int64_t extent = p->split_rows ? p->m : p->n;
+  // one part per thread, but none under ~1 MFLOP, in multiples of 16 rows / columns
+  int64_t parts = std::min<int64_t>(std::max<int64_t>(1, pool.num_threads()),
+                                    std::max<int64_t>(1, 2 * p->m * p->n * p->k >> 20));
+  p->part = ((extent + parts - 1) / parts + 15) / 16 * 16;
+  p->parts = (extent + p->part - 1) / p->part;
+  for (int64_t i = 1; i < p->parts; ++i) pool.Schedule([p] { p->Work(); });
+  p->Work();
+  while (p->done.load() < p->parts) std::this_thread::yield();
+  return ffi::Error::Success();
+}
+
+}  // namespace
+
+extern "C" void tx_ffi_gemm_set_sgemm(void* cblas_sgemm, void* set_num_threads_local) {
+  sgemm = reinterpret_cast<Sgemm>(cblas_sgemm);
+  set_threads_local = reinterpret_cast<SetThreadsLocal>(set_num_threads_local);
+}
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(TxFfiGemm, Gemm,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>()
+                                  .Attr<bool>("transpose_a")
+                                  .Attr<bool>("transpose_b")
+                                  .Attr<int32_t>("mode"));

@@ -1,0 +1,104 @@
+"""benchmarks/ffi_gemm_step.py: the FFI product handler (benchmarks/ffi_gemm.cc) and the
+step timed with the products in it, without them, and in XLA."""
+
+import importlib.util
+import os
+import shutil
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from tx.bench import tx_side
+from tx.ops import matmul as tx_matmul
+
+_PATH = os.path.join(os.path.dirname(__file__), '..', '..', 'benchmarks', 'ffi_gemm_step.py')
+_SPEC = importlib.util.spec_from_file_location('ffi_gemm_step', _PATH)
+ffi_gemm_step = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(ffi_gemm_step)
+
+needs_compiler = pytest.mark.skipif(
+    not (os.environ.get('CXX') or shutil.which('g++') or shutil.which('c++')),
+    reason='no C++ compiler to build benchmarks/ffi_gemm.cc')
+
+
+@pytest.fixture(scope='module')
+def registered(tmp_path_factory):
+  """The handler built into a fresh cache folder and registered once for the module."""
+  cache = tmp_path_factory.mktemp('tx_cache')
+  with pytest.MonkeyPatch.context() as mp:
+    mp.setenv('TX_CACHE_DIR', str(cache))
+    ffi_gemm_step.register()
+  return cache
+
+
+@needs_compiler
+def test_the_handler_is_built_once_into_the_cache(registered, monkeypatch):
+  built = list((registered / 'ffi_gemm').glob('ffi_gemm-*.so'))
+  assert len(built) == 1
+  monkeypatch.setenv('TX_CACHE_DIR', str(registered))
+  monkeypatch.setattr(ffi_gemm_step.subprocess, 'run', lambda *a, **k: pytest.fail('rebuilt'))
+  assert ffi_gemm_step.build() == built[0]
+
+
+@needs_compiler
+@pytest.mark.parametrize('transpose_a,transpose_b', [(False, False), (True, False),
+                                                     (False, True), (True, True)])
+def test_products_equal_numpys_in_every_layout(registered, transpose_a, transpose_b):
+  # 300 rows x 200 columns x 128: ~15 MFLOP, split over XLA's threads where there are two
+  rng = np.random.default_rng(0)
+  a = rng.standard_normal((300, 128), dtype=np.float32)
+  b = rng.standard_normal((128, 200), dtype=np.float32)
+  a_in, b_in = (a.T.copy() if transpose_a else a), (b.T.copy() if transpose_b else b)
+  got = jax.jit(lambda x, y: ffi_gemm_step.product(x, y, transpose_a, transpose_b))(a_in, b_in)
+  assert got.shape == (300, 200)
+  np.testing.assert_allclose(np.asarray(got), a @ b, rtol=1e-4, atol=1e-3)
+
+
+@needs_compiler
+def test_gradients_equal_xlas_and_the_none_mode_computes_nothing_but_runs(registered):
+  rng = np.random.default_rng(1)
+  x, w, r = (jnp.asarray(rng.standard_normal(s, dtype=np.float32))
+             for s in ((96, 40), (40, 56), (96, 56)))
+  ours = jax.jit(jax.grad(lambda x, w: jnp.sum(ffi_gemm_step.matmul(x, w) * r), (0, 1)))(x, w)
+  xlas = jax.grad(lambda x, w: jnp.sum((x @ w) * r), (0, 1))(x, w)
+  for got, want in zip(ours, xlas):
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-4, atol=1e-4)
+  nothing = jax.jit(lambda x, w: ffi_gemm_step.matmul(x, w, mode='none'))(x, w)
+  assert nothing.shape == (96, 56)
+
+
+def test_a_missing_compiler_is_named_in_one_line(tmp_path, monkeypatch):
+  monkeypatch.setenv('TX_CACHE_DIR', str(tmp_path))
+  monkeypatch.delenv('CXX', raising=False)
+  monkeypatch.setattr(ffi_gemm_step.shutil, 'which', lambda name: None)
+  with pytest.raises(SystemExit, match='no C[+][+] compiler found'):
+    ffi_gemm_step.build()
+  assert not list(tmp_path.rglob('*.so'))
+
+
+def test_cases_that_are_not_float32_decoders_or_encoders_are_refused(capsys):
+  for case in ('nope', 'gpt_6l_bf16', 'seq2seq_small'):
+    with pytest.raises(SystemExit):
+      ffi_gemm_step.main([case])
+    assert 'not a float32 decoder or encoder case' in capsys.readouterr().err
+
+
+@needs_compiler
+def test_the_step_runs_with_the_products_in_xla_openblas_and_none(registered, monkeypatch,
+                                                                  capsys):
+  # the script swaps tx's functions for its variants: put them back afterwards
+  monkeypatch.setattr(tx_matmul, 'torch_matmul', tx_matmul.torch_matmul)
+  monkeypatch.setattr(tx_side, 'compiled_train_step', tx_side.compiled_train_step)
+  traced = []
+  product = ffi_gemm_step.product
+  monkeypatch.setattr(ffi_gemm_step, 'product',
+                      lambda *a, mode='openblas', **k: traced.append(mode) or product(
+                          *a, mode=mode, **k))
+  assert ffi_gemm_step.main(['gpt_baby', '--rounds', '1', '--block', '1', '--warmup', '0']) == 0
+  out = capsys.readouterr().out
+  for variant in ('xla', 'openblas', 'no_products', 'xla_again'):
+    assert f'\n{variant} ' in '\n' + out
+  assert "the dense products in the step: XLA's" in out
+  assert set(traced) == {'openblas', 'none'}  # each custom variant traced its own products
