@@ -1,5 +1,6 @@
-// A float32 2-D product for XLA:CPU through its FFI (a custom call), for
-// benchmarks/ffi_gemm_step.py: C [M, N] = op(A) · op(B), row-major, op = transpose or not.
+// Float32 products for XLA:CPU through its FFI (custom calls), for
+// benchmarks/ffi_gemm_step.py: TxFfiGemm, C [M, N] = op(A) · op(B), row-major, op = transpose
+// or not; TxFfiBatchedGemm, the same for each item of a batch [batch, ...] (attention's).
 //
 // mode 0: numpy's bundled OpenBLAS (its cblas_sgemm, set by tx_ffi_gemm_set_sgemm), the
 //         rows (or columns, whichever are more) of C split into one part per thread of
@@ -86,6 +87,62 @@ ffi::Error Gemm(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> a, ffi::Buffer<ffi::
   return ffi::Error::Success();
 }
 
+
+// A batch of products c[i] = op(a[i]) · op(b[i]), a [batch, M, K] (or [batch, K, M]), b
+// [batch, K, N] (or [batch, N, K]): the batch split into one part per thread of XLA's pool,
+// each product one-threaded (attention's per-head products are too small to split).
+struct Batch {
+  const float* a;
+  const float* b;
+  float* c;
+  int64_t m, n, k, lda, ldb, stride_a, stride_b, items;
+  bool trans_a, trans_b;
+  int64_t part, parts;
+  std::atomic<int64_t> next{0}, done{0};
+
+  void Work() {
+    if (set_threads_local != nullptr) set_threads_local(1);
+    for (int64_t i; (i = next.fetch_add(1)) < parts;) {
+      for (int64_t j = i * part; j < std::min(items, (i + 1) * part); ++j) {
+        sgemm(kRowMajor, trans_a ? kTrans : kNoTrans, trans_b ? kTrans : kNoTrans, m, n, k, 1.0f,
+              a + j * stride_a, lda, b + j * stride_b, ldb, 0.0f, c + j * m * n, n);
+      }
+      done.fetch_add(1);
+    }
+  }
+};
+
+// [batch, rows, columns]; an alias, as the binding macro below splits on commas
+using Items = ffi::Buffer<ffi::F32, 3>;
+
+ffi::Error BatchedGemm(ffi::ThreadPool pool, Items a, Items b, ffi::Result<Items> c,
+                       bool trans_a, bool trans_b, int32_t mode) {
+  if (mode == 1) return ffi::Error::Success();
+  if (sgemm == nullptr) return ffi::Error::InvalidArgument("tx_ffi_gemm: no sgemm was set");
+  auto da = a.dimensions(), db = b.dimensions();
+  auto p = std::make_shared<Batch>();
+  p->a = a.typed_data();
+  p->b = b.typed_data();
+  p->c = c->typed_data();
+  p->items = da[0];
+  p->m = trans_a ? da[2] : da[1];
+  p->k = trans_a ? da[1] : da[2];
+  p->n = trans_b ? db[1] : db[2];
+  p->lda = da[2];
+  p->ldb = db[2];
+  p->stride_a = da[1] * da[2];
+  p->stride_b = db[1] * db[2];
+  p->trans_a = trans_a;
+  p->trans_b = trans_b;
+  p->parts = std::min<int64_t>(std::max<int64_t>(1, pool.num_threads()), p->items);
+  p->part = (p->items + p->parts - 1) / p->parts;
+  p->parts = (p->items + p->part - 1) / p->part;
+  for (int64_t i = 1; i < p->parts; ++i) pool.Schedule([p] { p->Work(); });
+  p->Work();
+  while (p->done.load() < p->parts) std::this_thread::yield();
+  return ffi::Error::Success();
+}
+
 }  // namespace
 
 extern "C" void tx_ffi_gemm_set_sgemm(void* cblas_sgemm, void* set_num_threads_local) {
@@ -99,6 +156,16 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(TxFfiGemm, Gemm,
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .Ret<ffi::Buffer<ffi::F32>>()
+                                  .Attr<bool>("transpose_a")
+                                  .Attr<bool>("transpose_b")
+                                  .Attr<int32_t>("mode"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(TxFfiBatchedGemm, BatchedGemm,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<Items>()
+                                  .Arg<Items>()
+                                  .Ret<Items>()
                                   .Attr<bool>("transpose_a")
                                   .Attr<bool>("transpose_b")
                                   .Attr<int32_t>("mode"));

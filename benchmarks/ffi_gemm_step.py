@@ -1,6 +1,6 @@
 """What a case's dense products cost inside tx's step, and a custom-call GEMM in their place.
 
-  python benchmarks/ffi_gemm_step.py gpt_baby [--rounds 10] [--block 6] [--products]
+  python benchmarks/ffi_gemm_step.py gpt_baby [--rounds 10] [--block 6] [--products] [--attention]
 
 Issue 24 asks for "a custom call into a better GEMM, if XLA offers a supported way". XLA's
 FFI is that way: benchmarks/ffi_gemm.cc is a float32 product handler, compiled here with
@@ -20,8 +20,13 @@ Printed after step_ab's lines: what the products cost in the step (xla - no_prod
 openblas - no_products) and what the rest of the step takes, in milliseconds: an unprofiled
 split (the profiler's can inflate a small step 2-4x). The two custom-call variants run
 tx's `model.matmul_impl='torch'` path with its product swapped, so its custom VJP and remat
-save name apply. `--products` first times each product of the step alone, XLA's dot against
-the custom call, medians of `--reps` calls, and the step's products at each one's rates.
+save name apply. `--attention` adds two variants for attention's batched products (XLA's
+path: q·kᵀ, p·v and the backward's four, `tx.ops.xla_attention`): `openblas_attention`
+(each product of the batch one-threaded in OpenBLAS, the batch split over XLA's pool) and
+`no_attention_products` (nothing), and what those products cost in the step; a case whose
+attention is torch's (attention_impl='torch') has none to swap. `--products` first times
+each product of the step alone, XLA's dot against the custom call, medians of `--reps`
+calls, and the step's products at each one's rates.
 """
 
 from __future__ import annotations
@@ -40,10 +45,11 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 SOURCE = HERE / 'ffi_gemm.cc'
-TARGET = 'tx_ffi_gemm'
+TARGET, BATCHED_TARGET = 'tx_ffi_gemm', 'tx_ffi_batched_gemm'
 MODES = {'openblas': 0, 'none': 1}  # benchmarks/ffi_gemm.cc's `mode` attribute
-_VARIANT_MODE = '_ffi_gemm_mode'  # a private spec key, taken out before tx_side sees it
-_state = {'mode': None, 'registered': False}
+# private spec keys, taken out before tx_side sees them: the dense / attention products' mode
+_VARIANT_MODE, _ATTENTION_MODE = '_ffi_gemm_mode', '_ffi_attention_mode'
+_state = {'mode': None, 'attention_mode': None, 'registered': False}
 
 
 def build(cache: Path | None = None) -> Path:
@@ -100,6 +106,8 @@ def register() -> None:
   lib = ctypes.CDLL(str(build()))
   lib.tx_ffi_gemm_set_sgemm(*(ctypes.c_void_p(a) for a in openblas_symbols()))
   jax.ffi.register_ffi_target(TARGET, jax.ffi.pycapsule(lib.TxFfiGemm), platform='cpu')
+  jax.ffi.register_ffi_target(BATCHED_TARGET, jax.ffi.pycapsule(lib.TxFfiBatchedGemm),
+                              platform='cpu')
   _state['registered'] = True
 
 
@@ -113,6 +121,40 @@ def product(a, b, transpose_a: bool = False, transpose_b: bool = False, mode: st
   n = b.shape[0] if transpose_b else b.shape[1]
   return jax.ffi.ffi_call(TARGET, jax.ShapeDtypeStruct((m, n), a.dtype))(
       a, b, transpose_a=transpose_a, transpose_b=transpose_b, mode=np.int32(MODES[mode]))
+
+
+def batched_product(a, b, transpose_a: bool = False, transpose_b: bool = False,
+                    mode: str = 'openblas'):
+  """op(a[i]) · op(b[i]) for each i, float32: a [I, M, K] (or [I, K, M]), b [I, K, N] (or
+  [I, N, K]) -> [I, M, N]. mode 'none' computes nothing."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  register()
+  m = a.shape[2] if transpose_a else a.shape[1]
+  n = b.shape[1] if transpose_b else b.shape[2]
+  return jax.ffi.ffi_call(BATCHED_TARGET, jax.ShapeDtypeStruct((a.shape[0], m, n), a.dtype))(
+      a, b, transpose_a=transpose_a, transpose_b=transpose_b, mode=np.int32(MODES[mode]))
+
+
+def attention_einsum(einsum, mode: str):
+  """`jnp.einsum` with the batched products of `tx.ops.xla_attention` (grouped heads
+  [b, k, g, ...], float32) in the custom call; every other einsum is `einsum`'s."""
+  def routed(spec, x, y, **kwargs):
+    if x.dtype != 'float32' or y.dtype != 'float32' or spec not in _ATTENTION_PRODUCTS:
+      return einsum(spec, x, y, **kwargs)
+    b, k = x.shape[:2]
+    (transpose_a, transpose_b), out = _ATTENTION_PRODUCTS[spec], spec.split('->')[1]
+    z = batched_product(x.reshape(b * k, -1, x.shape[-1]), y.reshape(b * k, -1, y.shape[-1]),
+                        transpose_a, transpose_b, mode)
+    sizes = dict(zip(spec.split('->')[0].replace(',', ''), x.shape + y.shape))
+    return z.reshape(tuple(sizes[c] for c in out))
+  return routed
+
+
+# einsum spec -> (transpose_a, transpose_b) of each item's 2-D product: scores / d_p, the
+# weighted values / d_q, and d_v / d_k (tx/ops/xla_attention.py)
+_ATTENTION_PRODUCTS = {'bkgld,bksd->bkgls': (False, True), 'bkgls,bksd->bkgld': (False, False),
+                       'bkgls,bkgld->bksd': (True, False)}
 
 
 def matmul(x_MK, w_KN, mode: str = 'openblas'):
@@ -137,7 +179,9 @@ def matmul(x_MK, w_KN, mode: str = 'openblas'):
 
 def _patch_tx() -> None:
   """Sends tx's `matmul_impl='torch'` float32 products to the custom call while a variant
-  is compiled with `_VARIANT_MODE` set (`tx.bench.tx_side.compiled_train_step` traces)."""
+  is compiled with `_VARIANT_MODE` set, and attention's batched products with
+  `_ATTENTION_MODE` (`tx.bench.tx_side.compiled_train_step` traces)."""
+  from unittest import mock  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   from jax.ad_checkpoint import checkpoint_name  # pylint: disable=g-import-not-at-top
   from tx.bench import tx_side  # pylint: disable=g-import-not-at-top
@@ -153,8 +197,11 @@ def _patch_tx() -> None:
   def compiled_train_step(spec):
     spec = dict(spec)
     _state['mode'] = spec.pop(_VARIANT_MODE, None)
+    attention = spec.pop(_ATTENTION_MODE, None)
+    einsum = attention_einsum(jnp.einsum, attention) if attention else jnp.einsum
     try:
-      return compile_step(spec)
+      with mock.patch.object(jnp, 'einsum', einsum):
+        return compile_step(spec)
     finally:
       _state['mode'] = None
 
@@ -195,6 +242,9 @@ def main(argv=None) -> int:
   parser.add_argument('--products', action='store_true',
                       help='first time each product alone, XLA against the custom call')
   parser.add_argument('--reps', type=int, default=30, help='calls per product for --products')
+  parser.add_argument('--attention', action='store_true',
+                      help="add variants with attention's batched products in the custom call "
+                           'and without them')
   args = parser.parse_args(argv)
   from tx.bench import cases  # pylint: disable=g-import-not-at-top  (after argparse)
   spec = next((c.spec for c in cases.SUITE if c.name == args.case), None)
@@ -221,12 +271,19 @@ def main(argv=None) -> int:
   custom = {'matmul_impl': 'torch'}
   variants = [('xla', {}), ('openblas', dict(custom, **{_VARIANT_MODE: 'openblas'})),
               ('no_products', dict(custom, **{_VARIANT_MODE: 'none'})), ('xla_again', {})]
+  if args.attention:
+    variants[3:3] = [('openblas_attention', {_ATTENTION_MODE: 'openblas'}),
+                     ('no_attention_products', {_ATTENTION_MODE: 'none'})]
   times = step_ab.time_variants(args.case, variants, args.rounds, args.warmup, args.block)
   step_ab.print_variants(times)
   ms = {name: statistics.median(t) * 1e3 for name, t in times.items()}
   print(f"the dense products in the step: XLA's {ms['xla'] - ms['no_products']:.1f} ms, "
         f"OpenBLAS's {ms['openblas'] - ms['no_products']:.1f} ms; the rest "
         f"{ms['no_products']:.1f} ms; A/A {ms['xla_again'] / ms['xla']:.3f}x")
+  if args.attention:
+    print(f"attention's batched products in the step: XLA's "
+          f"{ms['xla'] - ms['no_attention_products']:.1f} ms, OpenBLAS's "
+          f"{ms['openblas_attention'] - ms['no_attention_products']:.1f} ms")
   return 0
 
 

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tx.bench import tx_side
+from tx.bench import cases, tx_side
 from tx.ops import matmul as tx_matmul
 
 _PATH = os.path.join(os.path.dirname(__file__), '..', '..', 'benchmarks', 'ffi_gemm_step.py')
@@ -86,8 +86,9 @@ def test_cases_that_are_not_float32_decoders_or_encoders_are_refused(capsys):
 
 
 @needs_compiler
-def test_the_step_runs_with_the_products_in_xla_openblas_and_none(registered, monkeypatch,
+def test_the_step_runs_with_the_products_in_xla_openblas_and_none_and_attentions_too(registered, monkeypatch,
                                                                   capsys):
+  monkeypatch.setattr(cases, 'SUITE', cases.QUICK)  # gpt_baby at a tiny size: quick compiles
   # the script swaps tx's functions for its variants: put them back afterwards
   monkeypatch.setattr(tx_matmul, 'torch_matmul', tx_matmul.torch_matmul)
   monkeypatch.setattr(tx_side, 'compiled_train_step', tx_side.compiled_train_step)
@@ -96,9 +97,34 @@ def test_the_step_runs_with_the_products_in_xla_openblas_and_none(registered, mo
   monkeypatch.setattr(ffi_gemm_step, 'product',
                       lambda *a, mode='openblas', **k: traced.append(mode) or product(
                           *a, mode=mode, **k))
-  assert ffi_gemm_step.main(['gpt_baby', '--rounds', '1', '--block', '1', '--warmup', '0']) == 0
+  assert ffi_gemm_step.main(['gpt_baby', '--rounds', '1', '--block', '1', '--warmup', '0',
+                             '--attention']) == 0
   out = capsys.readouterr().out
-  for variant in ('xla', 'openblas', 'no_products', 'xla_again'):
+  for variant in ('xla', 'openblas', 'no_products', 'openblas_attention',
+                  'no_attention_products', 'xla_again'):
     assert f'\n{variant} ' in '\n' + out
   assert "the dense products in the step: XLA's" in out
+  assert "attention's batched products in the step: XLA's" in out
   assert set(traced) == {'openblas', 'none'}  # each custom variant traced its own products
+
+
+
+@needs_compiler
+def test_attentions_batched_products_in_the_custom_call_give_xlas_gradients(registered,
+                                                                           monkeypatch):
+  from tx.ops import attention  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(2)
+  q = jnp.asarray(rng.standard_normal((2, 24, 4, 8), dtype=np.float32))  # 4 heads on 2 kv heads
+  k, v = (jnp.asarray(rng.standard_normal((2, 24, 2, 8), dtype=np.float32)) for _ in range(2))
+  mask = jnp.tril(jnp.ones((24, 24), bool))[None, None]
+  loss = lambda q, k, v: jnp.sum(
+      attention.dot_product_attention(q, k, v, mask=mask, implementation='xla') ** 2)
+  want = jax.grad(loss, (0, 1, 2))(q, k, v)
+  calls, batched_product = [], ffi_gemm_step.batched_product
+  monkeypatch.setattr(ffi_gemm_step, 'batched_product',
+                      lambda *a, **kw: calls.append(1) or batched_product(*a, **kw))
+  monkeypatch.setattr(jnp, 'einsum', ffi_gemm_step.attention_einsum(jnp.einsum, 'openblas'))
+  got = jax.jit(jax.grad(loss, (0, 1, 2)))(q, k, v)
+  assert len(calls) == 7  # q·kᵀ and p·v; q·kᵀ again, then d_v, d_p, d_q and d_k
+  for g, w in zip(got, want):
+    np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-4, atol=1e-4)
