@@ -29,14 +29,37 @@ constexpr int kRowMajor = 101, kNoTrans = 111, kTrans = 112;
 Sgemm sgemm = nullptr;
 SetThreadsLocal set_threads_local = nullptr;
 
-struct Product {
+// One 2-D product's operands, row-major: a [rows, cols] holds op(A) [m, k], b op(B) [k, n].
+struct Operands {
   const float* a;
   const float* b;
   float* c;
   int64_t m, n, k, lda, ldb;
-  bool trans_a, trans_b, split_rows;
-  int64_t part, parts;
+  bool trans_a, trans_b;
+  int64_t part, parts;  // the work split into `parts` of `part` rows, columns or items
   std::atomic<int64_t> next{0}, done{0};
+
+  void Set(const float* a_in, int64_t a_rows, int64_t a_cols, const float* b_in, int64_t b_rows,
+           int64_t b_cols, float* c_out, bool transpose_a, bool transpose_b) {
+    a = a_in, b = b_in, c = c_out, trans_a = transpose_a, trans_b = transpose_b;
+    m = trans_a ? a_cols : a_rows;
+    k = trans_a ? a_rows : a_cols;
+    n = trans_b ? b_rows : b_cols;
+    lda = a_cols;
+    ldb = b_cols;
+  }
+};
+
+// Runs p->Work() on the caller and p->parts - 1 tasks of XLA's pool, and waits for all parts.
+template <typename Parts>
+void RunParts(ffi::ThreadPool& pool, std::shared_ptr<Parts> p) {
+  for (int64_t i = 1; i < p->parts; ++i) pool.Schedule([p] { p->Work(); });
+  p->Work();
+  while (p->done.load() < p->parts) std::this_thread::yield();
+}
+
+struct Product : Operands {
+  bool split_rows;
 
   void Run(int64_t i) {
     int64_t lo = i * part, hi = std::min(split_rows ? m : n, lo + part);
@@ -64,16 +87,8 @@ ffi::Error Gemm(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> a, ffi::Buffer<ffi::
   if (sgemm == nullptr) return ffi::Error::InvalidArgument("tx_ffi_gemm: no sgemm was set");
   auto da = a.dimensions(), db = b.dimensions();
   auto p = std::make_shared<Product>();
-  p->a = a.typed_data();
-  p->b = b.typed_data();
-  p->c = c->typed_data();
-  p->m = trans_a ? da[1] : da[0];
-  p->k = trans_a ? da[0] : da[1];
-  p->n = trans_b ? db[0] : db[1];
-  p->lda = da[1];
-  p->ldb = db[1];
-  p->trans_a = trans_a;
-  p->trans_b = trans_b;
+  p->Set(a.typed_data(), da[0], da[1], b.typed_data(), db[0], db[1], c->typed_data(), trans_a,
+         trans_b);
   p->split_rows = p->m >= p->n;
   int64_t extent = p->split_rows ? p->m : p->n;
   // one part per thread, but none under ~1 MFLOP, in multiples of 16 rows / columns
@@ -81,9 +96,7 @@ ffi::Error Gemm(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> a, ffi::Buffer<ffi::
                                     std::max<int64_t>(1, 2 * p->m * p->n * p->k >> 20));
   p->part = ((extent + parts - 1) / parts + 15) / 16 * 16;
   p->parts = (extent + p->part - 1) / p->part;
-  for (int64_t i = 1; i < p->parts; ++i) pool.Schedule([p] { p->Work(); });
-  p->Work();
-  while (p->done.load() < p->parts) std::this_thread::yield();
+  RunParts(pool, p);
   return ffi::Error::Success();
 }
 
@@ -91,14 +104,8 @@ ffi::Error Gemm(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> a, ffi::Buffer<ffi::
 // A batch of products c[i] = op(a[i]) · op(b[i]), a [batch, M, K] (or [batch, K, M]), b
 // [batch, K, N] (or [batch, N, K]): the batch split into one part per thread of XLA's pool,
 // each product one-threaded (attention's per-head products are too small to split).
-struct Batch {
-  const float* a;
-  const float* b;
-  float* c;
-  int64_t m, n, k, lda, ldb, stride_a, stride_b, items;
-  bool trans_a, trans_b;
-  int64_t part, parts;
-  std::atomic<int64_t> next{0}, done{0};
+struct Batch : Operands {
+  int64_t stride_a, stride_b, items;
 
   void Work() {
     if (set_threads_local != nullptr) set_threads_local(1);
@@ -121,25 +128,15 @@ ffi::Error BatchedGemm(ffi::ThreadPool pool, Items a, Items b, ffi::Result<Items
   if (sgemm == nullptr) return ffi::Error::InvalidArgument("tx_ffi_gemm: no sgemm was set");
   auto da = a.dimensions(), db = b.dimensions();
   auto p = std::make_shared<Batch>();
-  p->a = a.typed_data();
-  p->b = b.typed_data();
-  p->c = c->typed_data();
+  p->Set(a.typed_data(), da[1], da[2], b.typed_data(), db[1], db[2], c->typed_data(), trans_a,
+         trans_b);
   p->items = da[0];
-  p->m = trans_a ? da[2] : da[1];
-  p->k = trans_a ? da[1] : da[2];
-  p->n = trans_b ? db[1] : db[2];
-  p->lda = da[2];
-  p->ldb = db[2];
   p->stride_a = da[1] * da[2];
   p->stride_b = db[1] * db[2];
-  p->trans_a = trans_a;
-  p->trans_b = trans_b;
   p->parts = std::min<int64_t>(std::max<int64_t>(1, pool.num_threads()), p->items);
   p->part = (p->items + p->parts - 1) / p->parts;
   p->parts = (p->items + p->part - 1) / p->part;
-  for (int64_t i = 1; i < p->parts; ++i) pool.Schedule([p] { p->Work(); });
-  p->Work();
-  while (p->done.load() < p->parts) std::this_thread::yield();
+  RunParts(pool, p);
   return ffi::Error::Success();
 }
 
