@@ -49,10 +49,10 @@ TARGET, BATCHED_TARGET = 'tx_ffi_gemm', 'tx_ffi_batched_gemm'
 MODES = {'openblas': 0, 'none': 1}  # benchmarks/ffi_gemm.cc's `mode` attribute
 # private spec keys, taken out before tx_side sees them: the dense / attention products' mode
 _VARIANT_MODE, _ATTENTION_MODE = '_ffi_gemm_mode', '_ffi_attention_mode'
-_state = {'mode': None, 'attention_mode': None, 'registered': False}
+_state = {'mode': None, 'registered': False}
 
 
-def build(cache: Path | None = None) -> Path:
+def build() -> Path:
   """The handler's shared library: compiled once per source and jaxlib version, then reused.
 
   Raises SystemExit naming the cause if no C++ compiler is found or the compile fails."""
@@ -61,7 +61,7 @@ def build(cache: Path | None = None) -> Path:
   from tx.runs.tune import cache_dir  # pylint: disable=g-import-not-at-top
   source = SOURCE.read_bytes()
   key = hashlib.sha256(source + jaxlib.__version__.encode()).hexdigest()[:16]
-  out = (cache or cache_dir().parent / 'ffi_gemm') / f'ffi_gemm-{key}.so'
+  out = cache_dir().parent / 'ffi_gemm' / f'ffi_gemm-{key}.so'
   if out.exists():
     return out
   compiler = os.environ.get('CXX') or shutil.which('g++') or shutil.which('c++')
