@@ -333,7 +333,6 @@ def test_a_specs_model_key_sets_tx_sides_model_fields_over_the_peers_architectur
     tx_side.model_config(dict(spec, model={'fnn': 'relu'}))
 
 
-
 def test_ablate_attention_takes_effect_in_the_compiled_step_itself(monkeypatch):
   """`compiled_train_step` (what benchmarks/step_ab.py compiles its variants with) traces the
   stand-in under ablate_attention, not only `train`; without the key, tx's attention."""
@@ -346,6 +345,7 @@ def test_ablate_attention_takes_effect_in_the_compiled_step_itself(monkeypatch):
   assert not calls
   tx_side.compiled_train_step(dict(spec, ablate_attention=True))
   assert calls
+
 
 def _hlo_size(layers: int) -> int:
   spec = dict(cases.QUICK[0].spec, layers=layers, scan=True, batch=2)
