@@ -228,7 +228,9 @@ def _bench_parser(sub) -> None:
                  help='only cases whose name contains a pattern (or matches a glob)')
   b.add_argument('--quick', action='store_true', help='toy sizes: checks the machinery in ~2 min')
   b.add_argument('--no-peers', action='store_true', help='tx only (no torch needed)')
-  b.add_argument('--threads', type=int, default=2, help='CPU threads of every measurement')
+  b.add_argument('--threads', type=int, default=None,
+                 help='CPU threads of every measurement (default: 2, or the CPUs this '
+                      'process may use where fewer)')
   b.add_argument('--platform', choices=('cpu', 'gpu'), default='cpu',
                  help="where tx and the peers run: 'gpu' measures the GPU suite on the first "
                       'CUDA device')

@@ -8,7 +8,7 @@ import jax
 import pytest
 
 from tx import cli
-from tx.bench import cases, report, suite, torch_peers, tuned, tx_side, worker
+from tx.bench import cases, host, report, suite, torch_peers, tuned, tx_side, worker
 from tx.compare import stats
 from tx.config.base import ConfigError
 from tx.timing import calls_per_sample, process_usage, sample_seconds, usage_per_step
@@ -1129,3 +1129,28 @@ def test_the_ceiling_keeps_each_products_median_and_fastest_sample(monkeypatch):
   out = tx_side.ceiling({'n': 32, 'repeats': 1, 'dtypes': ('float32',), 'gemm_repeats': 3,
                          'gemms': [['g', 8, 16, 8, False]]})
   assert out['gemms'] == {'g': {'float32': 2.0}} and out['gemms_best'] == {'g': {'float32': 3.0}}
+
+
+@pytest.mark.parametrize('usable, given, expected', [
+    (8, None, 2), (1, None, 1), (None, None, 2), (1, 4, 4)])
+def test_threads_default_to_two_or_the_usable_cpus_where_fewer(monkeypatch, tmp_path, usable,
+                                                                given, expected):
+  """Without --threads every measurement gets the suite's 2 threads, or the CPUs this process
+  may use where fewer (a `taskset -c 0` run is not timed at two threads on one CPU); a given
+  --threads always wins."""
+  probed = dict(host.probe(), usable_cpus=usable)
+  monkeypatch.setattr(host, 'probe', lambda env=None: dict(probed))
+  seen = set()
+
+  def fake_run(target, spec, *, threads, platform):
+    seen.add(threads)
+    return {'float32_flops': 1e9, 'bfloat16_flops': 1e9, 'compile_s': 1.0, 'tokens_per_s': 7.0,
+            'step_time_s': 1.0, 'flops_per_step': 1.0, 'peak_rss_bytes': 1e8,
+            'first_step_s': 1.0}
+
+  monkeypatch.setattr(suite, 'run_isolated', fake_run)
+  argv = ['bench', '--quick', '--only', 'gpt_baby', '--no-peers', '--quiet',
+          '--json', str(tmp_path / 'b.json')] + ([] if given is None else ['--threads', str(given)])
+  assert cli.main(argv) == 0
+  assert seen == {expected}
+  assert json.loads((tmp_path / 'b.json').read_text())['machine']['threads'] == expected

@@ -13,8 +13,9 @@ keeps what it measured).
     tx bench --only bert_6l --tune   # tx trains each case with `tx tune`'s choice for its step
     tx bench --only bert_6l --profile   # where each side's step spends its time, by category
 
-Every measurement runs in its own process pinned to `--threads` threads (tx and the peer
-alike), one after the other, so ratios are taken side by side on the same machine state.
+Every measurement runs in its own process pinned to `--threads` threads (2, or the CPUs
+the process may use where fewer; tx and the peer alike), one after the other, so ratios
+are taken side by side on the same machine state.
 These hosts are noisy (a minute of a neighbour's load moves one process's number by a
 third): with `--rounds N` each training and decoding measurement is taken N times, tx and
 the peer in turn, and the report gives each side's median and the range of the N paired
@@ -60,6 +61,7 @@ from tx.errors import UserError
 
 TX = 'tx.bench.tx_side'
 PEERS = 'tx.bench.torch_peers'
+SUITE_THREADS = 2  # the threads of a measurement unless told (`default_threads`)
 
 
 def _matches(name: str, patterns) -> bool:
@@ -162,8 +164,8 @@ def _tuned(case, threads: int, say) -> tuple[dict, dict | None, dict]:
   return settings, ({'XLA_FLAGS': summary['xla_flags']} if summary['xla_flags'] else None), summary
 
 
-def profiles(cases, *, peers: bool = True, threads: int = 2, say=print, tune: bool = False,
-             calls: int = 2) -> dict:
+def profiles(cases, *, peers: bool = True, threads: int = SUITE_THREADS, say=print,
+             tune: bool = False, calls: int = 2) -> dict:
   """`tx bench --profile`: each training case's step profiled by category, tx's side and the
   peer's, each in a measurement process of its own (tx/bench/profile.py); with `tune`, tx's
   side takes `tx tune`'s choice. Returns {'machine', 'cases': {name: {'tx', 'peer',
@@ -280,9 +282,9 @@ def _time_under_tuned_flags(case, result: dict, step_gemms: dict, ceiling_spec: 
   result['tuned']['gemms_best'] = rates.get('gemms_best', {})
 
 
-def run(cases, *, peers: bool = True, threads: int = 2, say=print, ceiling_n: int = 2048,
-        ablate_attention: bool = False, rounds: int = 1, platform: str = 'cpu',
-        peer_compile: bool = False, tune: bool = False, on_case=None,
+def run(cases, *, peers: bool = True, threads: int = SUITE_THREADS, say=print,
+        ceiling_n: int = 2048, ablate_attention: bool = False, rounds: int = 1,
+        platform: str = 'cpu', peer_compile: bool = False, tune: bool = False, on_case=None,
         order: str = 'alternate') -> dict:
   """Measures every case; returns the JSON document (machine with its host, ceilings, cases,
   targets, `gemms`: the decoder and encoder training steps' products timed alone by XLA and
@@ -397,6 +399,14 @@ def machine(threads: int, device_platform: str = 'cpu') -> dict:
   return info
 
 
+def default_threads(usable: int | None = None) -> int:
+  """The threads of a measurement when --threads is not given: 2, the suite's protocol (its
+  numbers compare across hosts), or the CPUs this process may use where fewer (`taskset -c
+  0`): more threads than CPUs would time the contention. usable: None = this process's."""
+  usable = host.probe().get('usable_cpus') if usable is None else usable
+  return min(SUITE_THREADS, usable or SUITE_THREADS)
+
+
 def cli(args) -> int:
   """`tx bench` (arguments parsed in tx/cli.py)."""
   try:
@@ -412,6 +422,8 @@ def cli(args) -> int:
   if args.json is not None and not os.path.isdir(os.path.dirname(os.path.abspath(args.json))):
     raise UserError(f'--json {args.json}: its directory does not exist; create it or pass '
                     'another path')
+  if args.threads is None:
+    args.threads = default_threads()
   if args.threads < 1:
     raise UserError(f'--threads must be >= 1, got {args.threads}')
   if args.rounds < 1:
