@@ -23,7 +23,8 @@ import sys
 
 _CHILD = r'''
 import json, sys, time
-kind, b, m, k, n, dtype, devices = sys.argv[1], *map(int, sys.argv[2:6]), sys.argv[6], int(sys.argv[7])
+kind, b, m, k, n, dtype, devices = (sys.argv[1], *map(int, sys.argv[2:6]), sys.argv[6],
+                                    int(sys.argv[7]))
 def rate(fn, sync):
   fn(); sync()
   best = None
@@ -72,7 +73,8 @@ def measure(kind: str, shape, dtype: str, cores: int, devices: int = 1) -> float
 
 def main(argv=None) -> int:
   p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-  p.add_argument('--shape', type=int, nargs=4, default=(96, 256, 64, 256), metavar=('B', 'M', 'K', 'N'),
+  p.add_argument('--shape', type=int, nargs=4, default=(96, 256, 64, 256),
+                 metavar=('B', 'M', 'K', 'N'),
                  help="[B, M, K] · [B, K, N] (default: bert_6l's q·kᵀ, 16 x 6 heads)")
   p.add_argument('--dtype', default='float32', choices=('float32', 'bfloat16'))
   args = p.parse_args(argv)

@@ -2,7 +2,8 @@
 trained in both, final validation loss compared.
 
     TX_RAW_DATA=../shared/data python benchmarks/bf16_convergence.py [--seeds 0 1] [--json F]
-    ... --bf16-set model.matmul_impl=torch   # the bf16 runs with torch's GEMM (the Intel host's pick)
+    # the bf16 runs with torch's GEMM (the Intel host's pick)
+    ... --bf16-set model.matmul_impl=torch
 
 Each run is a fresh `tx train lm_shakespeare_char --set model.dtype=D train.seed=S` process
 (float32 weights and optimizer either way; bf16 is the compute dtype: matmul inputs and

@@ -1,6 +1,6 @@
 """Throughput of tx.data pipelines (single process, in-process loading) on the shared data.
 
-    python benchmarks/data_pipeline.py                       # raw data from $TX_RAW_DATA or ../shared/data
+    python benchmarks/data_pipeline.py  # raw data from $TX_RAW_DATA or ../shared/data
     python benchmarks/data_pipeline.py --seconds 5 --data-dir /tmp/tx_data
 
 For each case: build time (tokenizer + tokenized arrays come from the cache after the
@@ -67,7 +67,8 @@ def measure(pipe, *, warmup: int, seconds: float) -> dict[str, float]:
 def main():
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   default_raw = os.environ.get('TX_RAW_DATA') or str(ROOT.parent / 'shared' / 'data')
-  parser.add_argument('--raw-dir', default=default_raw, help='folder with tinyshakespeare/, multi30k/')
+  parser.add_argument('--raw-dir', default=default_raw,
+                      help='folder with tinyshakespeare/, multi30k/')
   parser.add_argument('--data-dir', default=None, help='prepared-data cache (default: TFDS dir)')
   parser.add_argument('--seconds', type=float, default=3.0, help='timed seconds per case')
   parser.add_argument('--warmup', type=int, default=20, help='untimed batches per case')

@@ -1,7 +1,8 @@
 """Cost of train.diagnostics: the training step with and without it, side by side.
 
     .venv/bin/python benchmarks/diagnostics_cost.py [--rounds 3] [--only SHAPE ...]
-    taskset -c 0,1 .venv/bin/python benchmarks/diagnostics_cost.py --only bert_6l_torch_kernels_4_per_call
+    taskset -c 0,1 .venv/bin/python benchmarks/diagnostics_cost.py \\
+        --only bert_6l_torch_kernels_4_per_call
 
 Two shapes of its own: nanoGPT's CPU baby GPT (4 layers, d 128, context 64, batch 12) and
 the 6-layer GPT of `tx bench` (d 384, context 256, batch 64, scanned, remat dots_no_batch).

@@ -116,7 +116,8 @@ def check(batch=4, length=256, heads=6, head_dim=64) -> bool:
       try:
         out = fn(*bf, valid)
         _, grads = _grad_fn(fn, cot)(*bf, valid)
-      except Exception as e:  # pylint: disable=broad-except  (tx's paths must run; jax.nn's may refuse)
+      except Exception as e:  # pylint: disable=broad-except
+        # tx's paths must run; jax.nn's may refuse
         print(f'{masking:15} {kind:14} {type(e).__name__}: {str(e)[:200]}', flush=True)
         ok &= kind in ('cudnn causal', 'cudnn lengths')
         continue

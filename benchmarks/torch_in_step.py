@@ -36,7 +36,8 @@ import threading
 import time
 
 _RECORDS: list[tuple] = []
-_CPU: list[tuple[str, int, dict[int, int]]] = []  # (kind, caller's native id, {thread: ns on a CPU})
+# (kind, caller's native id, {thread: ns on a CPU})
+_CPU: list[tuple[str, int, dict[int, int]]] = []
 _TRACK_CPU = False
 
 
@@ -152,8 +153,10 @@ def _attention_calls(torch, backward_shapes, causal: bool):
   bias = torch.zeros(b, 1, 1, backward_shapes[2][1]) if len(backward_shapes) > 6 else None
   out_buffer, lse_buffer = torch.empty(*q_shape), torch.empty(b, h, l)
   grad_buffers = [torch.empty(*q_shape) for _ in range(3)]
-  forward = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu  # pylint: disable=protected-access
-  backward = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward  # pylint: disable=protected-access
+  # pylint: disable-next=protected-access
+  forward = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+  # pylint: disable-next=protected-access
+  backward = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward
   heads_first = lambda t: t.transpose(1, 2)
   scale = q_shape[-1] ** -0.5
 
@@ -180,7 +183,8 @@ def main() -> None:
   parser.add_argument('--set', default='{}', metavar='JSON',
                       help='case spec keys set otherwise, e.g. \'{"attention_impl": "torch"}\'')
   parser.add_argument('--threads', type=int, default=2)
-  parser.add_argument('--calls', type=int, default=3, help='training calls; the first is not counted')
+  parser.add_argument('--calls', type=int, default=3,
+                      help='training calls; the first is not counted')
   parser.add_argument('--cpu-by-thread', action='store_true',
                       help="also each thread's CPU time during every callback (reads /proc "
                            'twice a call, which the in-step times then include)')

@@ -121,7 +121,8 @@ def executed(request, tmp_path_factory):
       jobs[name] = (params, work, str(tmp_path_factory.mktemp(f'cwd_{stem}')))
 
   async def run_all():
-    return await asyncio.gather(*(run(name, params, cwd) for name, (params, _, cwd) in jobs.items()))
+    return await asyncio.gather(*(run(name, params, cwd)
+                                  for name, (params, _, cwd) in jobs.items()))
 
   before = _snapshot(NOTEBOOK_DIR)
   results = asyncio.run(run_all())
@@ -179,7 +180,8 @@ def test_02_train_and_generate(executed):
                                      text).groups())
   assert last < first, text
   assert checks(text)['loss decreased'] == 'True'
-  assert (workdir / 'demo' / 'metrics.jsonl').exists() and (workdir / 'demo' / 'summary.json').exists()
+  assert ((workdir / 'demo' / 'metrics.jsonl').exists()
+          and (workdir / 'demo' / 'summary.json').exists())
   assert outputs_of(nb, 'image/png'), 'the loss plot is missing'
   table = ''.join(outputs_of(nb, 'text/html'))
   for strategy in ('greedy', 'sample T=0.8', 'top-k 10', 'top-p 0.9', 'beam 4'):

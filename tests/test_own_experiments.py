@@ -154,7 +154,8 @@ def test_a_config_json_is_an_experiment_that_reproduces_the_run(project):
   code = textwrap.dedent(f'''
       import jax, numpy as np
       from tx.runs.restore import load_run
-      (ca, sa, _, ka), (cb, sb, _, kb) = load_run({str(proj / 'a')!r}), load_run({str(proj / 'b')!r})
+      (ca, sa, _, ka), (cb, sb, _, kb) = (load_run({str(proj / 'a')!r}),
+                                          load_run({str(proj / 'b')!r}))
       assert ka == kb == 4 and ca == cb, (ka, kb)
       assert all(np.array_equal(x, y) for x, y in zip(jax.tree_util.tree_leaves(sa),
                                                       jax.tree_util.tree_leaves(sb)))

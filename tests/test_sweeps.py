@@ -108,7 +108,8 @@ def test_variant_names_are_stable_and_readable():
   # Same last component under two sections: the shortest distinguishing suffix.
   assert short_keys(['model.moe.top_k', 'decode.top_k', 'model.d_model']) == {
       'model.moe.top_k': 'moe.top_k', 'decode.top_k': 'decode.top_k', 'model.d_model': 'd_model'}
-  assert variant_name({'data.files': 'a/b c.txt', 'optim.b': (0.9, 0.98)}) == 'files=a_b_c.txt,b=0.9_0.98'
+  assert variant_name({'data.files': 'a/b c.txt', 'optim.b': (0.9, 0.98)}) == (
+      'files=a_b_c.txt,b=0.9_0.98')
   moe = make_sweep('moe', base=BASE, axes=cases({'model.moe.num_experts': 0},
                                                 {'model.moe.num_experts': 4, 'model.moe.top_k': 2}))
   assert names(moe) == ['num_experts=0', 'num_experts=4,top_k=2']

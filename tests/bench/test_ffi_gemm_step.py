@@ -86,8 +86,8 @@ def test_cases_that_are_not_float32_decoders_or_encoders_are_refused(capsys):
 
 
 @needs_compiler
-def test_the_step_runs_with_the_products_in_xla_openblas_and_none_and_attentions_too(registered, monkeypatch,
-                                                                  capsys):
+def test_the_step_runs_with_the_products_in_xla_openblas_and_none_and_attentions_too(
+    registered, monkeypatch, capsys):
   monkeypatch.setattr(cases, 'SUITE', cases.QUICK)  # gpt_baby at a tiny size: quick compiles
   # the script swaps tx's functions for its variants: put them back afterwards
   monkeypatch.setattr(tx_matmul, 'torch_matmul', tx_matmul.torch_matmul)

@@ -32,7 +32,8 @@ def test_invalid_model_config_names_the_field(kwargs, key):
 
 def test_valid_neighbours_of_the_invalid_configs():
   assert ModelConfig(position='rope', d_model=24, num_heads=4).rotary_dim == 6
-  assert ModelConfig(d_model=30, num_heads=4, head_dim=8).resolved_head_dim == 8  # explicit head_dim
+  # explicit head_dim
+  assert ModelConfig(d_model=30, num_heads=4, head_dim=8).resolved_head_dim == 8
   assert ModelConfig(num_heads=4, num_kv_heads=2).kv_heads == 2
   assert ModelConfig(family='encoder', type_vocab_size=2).type_vocab_size == 2
 

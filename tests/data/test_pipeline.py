@@ -265,7 +265,8 @@ def test_user_errors_name_the_fix():
 
 # --- integration with the real sources and tokenizers ----------------------------------------
 
-RAW = Path(os.environ.get('TX_RAW_DATA') or Path(__file__).resolve().parents[2].parent / 'shared' / 'data')
+RAW = Path(os.environ.get('TX_RAW_DATA')
+           or Path(__file__).resolve().parents[2].parent / 'shared' / 'data')
 needs_raw = pytest.mark.skipif(
     not (RAW / 'tinyshakespeare' / 'input.txt').is_file() or not (RAW / 'multi30k').is_dir(),
     reason=f'shared raw data not found at {RAW} (set TX_RAW_DATA to the folder holding '

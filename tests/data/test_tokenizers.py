@@ -15,8 +15,9 @@ from tx.data.tokenizers import (BOS_ID, EOS_ID, MASK_ID, NUM_SPECIALS, PAD_ID, S
                                 UNK_ID, ByteTokenizer, CharTokenizer, SentencePieceTokenizer,
                                 build_tokenizer, cache_path, load_tokenizer)
 
-ODD_TEXTS = ['', 'a', 'héllo wörld', 'emoji 😀🎉 ok', '世界 and Ελληνικά', '  two  spaces  ',
-             'line\nbreaks\n\n', '\ttab', 'literal <mask> and <s>', 'marker \u2581 char', '\x00']
+ODD_TEXTS = ['', 'a', 'héllo wörld', 'emoji 😀🎉 ok', '世界 and Ελληνικά',
+             '  two  spaces  ', 'line\nbreaks\n\n', '\ttab', 'literal <mask> and <s>',
+             'marker \u2581 char', '\x00']
 
 
 def _data_dir() -> Path:
@@ -152,7 +153,8 @@ def test_num_bytes_is_additive_over_windows(spm_tokenizers, shakespeare):
     windows = [ids[i:i + 64] for i in range(0, len(ids), 64)]
     assert sum(tok.num_bytes(w) for w in windows) == len(text.encode('utf-8'))
     table = tok.byte_lengths()
-    assert table.shape == (tok.vocab_size,) and int(table[np.array(ids)].sum()) == len(text.encode())
+    assert (table.shape == (tok.vocab_size,)
+            and int(table[np.array(ids)].sum()) == len(text.encode()))
 
 
 def test_decode_skips_pad_bos_eos_mask_for_every_kind(spm_tokenizers):

@@ -26,7 +26,8 @@ PROBES = ['Hello world!', 'a dog runs . The fox', 'naïve café']
 
 def gpt2_slow(path, build_reference):
   """vocab.json + merges.txt of a byte-level BPE, <|endoftext|> last, beside a GPT-2."""
-  from tokenizers import decoders, models, pre_tokenizers, trainers  # pylint: disable=g-import-not-at-top
+  from tokenizers import (  # pylint: disable=g-import-not-at-top
+      decoders, models, pre_tokenizers, trainers)
   tok = tokenizers.Tokenizer(models.BPE())
   tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
   tok.decoder = decoders.ByteLevel()

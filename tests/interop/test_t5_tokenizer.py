@@ -25,7 +25,8 @@ from tx import cli  # pylint: disable=g-import-not-at-top
 
 SPECIALS = ('<pad>', '</s>', '<unk>')
 WORDS = ('a the dog cat runs sleeps big small red house man woman sees eats fish bird . , '
-         'ein der hund katze läuft schläft gross klein rot haus mann frau sieht isst vogel').split()
+         'ein der hund katze läuft schläft gross klein rot haus mann frau sieht isst '
+         'vogel').split()
 PAIRS = [('a dog runs .', 'ein hund läuft .'), ('the cat sleeps .', 'der katze schläft .'),
          ('a big red house .', 'ein gross rot haus .'), ('the man sees a bird .',
                                                          'der mann sieht ein vogel .'),
@@ -108,7 +109,8 @@ def test_rows_are_built_as_transformers_builds_them(t5_run):
     assert (batch['src'][i, len(src):] == 0).all()
     np.testing.assert_array_equal(batch['targets'][i, :len(labels)], labels)
     assert batch['weights'][i].sum() == len(labels)
-    shifted = model._shift_right(torch.tensor([labels]))[0].tolist()  # pylint: disable=protected-access
+    shifted = model._shift_right(  # pylint: disable=protected-access
+        torch.tensor([labels]))[0].tolist()
     np.testing.assert_array_equal(batch['tgt_inputs'][i, :len(labels)], shifted)
     # the start token is id 0, tx's padding id: segment ids say it is real
     assert batch['tgt_inputs'][i, 0] == 0 and batch['tgt_segment_ids'][i, 0] == 1

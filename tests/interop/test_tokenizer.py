@@ -29,7 +29,8 @@ from tx import cli  # pylint: disable=g-import-not-at-top
 from tx.config.base import ConfigError  # pylint: disable=g-import-not-at-top
 from tx.config.data import DataConfig  # pylint: disable=g-import-not-at-top
 from tx.data.errors import DataError  # pylint: disable=g-import-not-at-top
-from tx.data.tokenizers import HfTokenizer, load_hf_tokenizer, load_tokenizer  # pylint: disable=g-import-not-at-top
+from tx.data.tokenizers import (  # pylint: disable=g-import-not-at-top
+    HfTokenizer, load_hf_tokenizer, load_tokenizer)
 from tx.decode.texts import source_rows  # pylint: disable=g-import-not-at-top
 
 EOT = '<|endoftext|>'
@@ -47,7 +48,8 @@ SPELLED = 'a <s> b </s> c <|endoftext|> d ▁ e'
 
 def gpt2_tokenizer():
   """Byte-level BPE like GPT-2's: 256 byte symbols ("!" first), merges, then <|endoftext|>."""
-  from tokenizers import decoders, models, pre_tokenizers, trainers  # pylint: disable=g-import-not-at-top
+  from tokenizers import (  # pylint: disable=g-import-not-at-top
+      decoders, models, pre_tokenizers, trainers)
   tok = tokenizers.Tokenizer(models.BPE())
   tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
   tok.decoder = decoders.ByteLevel()
@@ -59,7 +61,8 @@ def gpt2_tokenizer():
 
 def llama_tokenizer():
   """LLaMA-2's layout: <unk> <s> </s>, 256 byte pieces, BPE merges over '▁'-joined words."""
-  from tokenizers import AddedToken, decoders, models, normalizers, processors, trainers  # pylint: disable=g-import-not-at-top
+  from tokenizers import (  # pylint: disable=g-import-not-at-top
+      AddedToken, decoders, models, normalizers, processors, trainers)
   normalizer = normalizers.Sequence([normalizers.Prepend('▁'), normalizers.Replace(' ', '▁')])
   trained = tokenizers.Tokenizer(models.BPE())
   trained.normalizer = normalizer
@@ -388,7 +391,8 @@ BERT_TEXTS = ['the quick brown fox jumps over the lazy dog', 'hello world this i
 def bert_tokenizer():
   """BERT's layout: [PAD] [UNK] [CLS] [SEP] [MASK] = 0..4, WordPiece words (+ ##pieces),
   a post-processor framing a text as [CLS] ... [SEP]."""
-  from tokenizers import decoders, models, normalizers, pre_tokenizers, processors  # pylint: disable=g-import-not-at-top
+  from tokenizers import (  # pylint: disable=g-import-not-at-top
+      decoders, models, normalizers, pre_tokenizers, processors)
   vocab = {t: i for i, t in enumerate(BERT_SPECIALS)}
   for w in [*BERT_WORDS, '##s', '##ed', '##ing']:
     vocab.setdefault(w, len(vocab))

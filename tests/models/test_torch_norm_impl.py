@@ -1,4 +1,5 @@
-"""model.norm_impl=torch: a model's LayerNorms in torch's CPU kernel, loss and gradients as XLA's."""
+"""model.norm_impl=torch: a model's LayerNorms in torch's CPU kernel, loss and gradients as
+XLA's."""
 
 import jax
 import numpy as np

@@ -36,8 +36,10 @@ def _numpy_attention(q, k, v, mask=None, bias=None, scale=None):
   b_, l_, h_, d_ = q.shape
   s_, kh = k.shape[1], k.shape[2]
   scale = 1 / np.sqrt(d_) if scale is None else scale
-  mask = np.ones((b_, h_, l_, s_), bool) if mask is None else np.broadcast_to(mask, (b_, h_, l_, s_))
-  bias = np.zeros((b_, h_, l_, s_)) if bias is None else np.broadcast_to(np.asarray(bias, np.float64), (b_, h_, l_, s_))
+  mask = (np.ones((b_, h_, l_, s_), bool) if mask is None
+          else np.broadcast_to(mask, (b_, h_, l_, s_)))
+  bias = (np.zeros((b_, h_, l_, s_)) if bias is None
+          else np.broadcast_to(np.asarray(bias, np.float64), (b_, h_, l_, s_)))
   out = np.zeros_like(q)
   for b in range(b_):
     for h in range(h_):

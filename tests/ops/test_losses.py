@@ -9,7 +9,8 @@ import pytest
 from tx import ops
 
 # Jitted: one compile per call signature instead of one per primitive (fast suite).
-softmax_cross_entropy = jax.jit(ops.softmax_cross_entropy, static_argnames=('label_smoothing', 'z_loss'))
+softmax_cross_entropy = jax.jit(ops.softmax_cross_entropy,
+                                static_argnames=('label_smoothing', 'z_loss'))
 weighted_mean = jax.jit(ops.weighted_mean)
 token_accuracy = jax.jit(ops.token_accuracy)
 
@@ -57,7 +58,8 @@ def test_bf16_logits_give_float32_loss():
   logits, labels = _logits_labels(3)
   loss16, z16 = softmax_cross_entropy(logits.astype(jnp.bfloat16), labels, z_loss=1e-4)
   assert loss16.dtype == jnp.float32 and z16.dtype == jnp.float32
-  loss32, _ = softmax_cross_entropy(logits.astype(jnp.bfloat16).astype(jnp.float32), labels, z_loss=1e-4)
+  loss32, _ = softmax_cross_entropy(logits.astype(jnp.bfloat16).astype(jnp.float32), labels,
+                                    z_loss=1e-4)
   np.testing.assert_allclose(loss16, loss32, rtol=1e-6)
 
 

@@ -38,7 +38,8 @@ def test_sinusoidal_embedding_equals_table_rows():
   table = sinusoidal_table(20, 8)
   np.testing.assert_allclose(sinusoidal_embedding(jnp.arange(20)[None], 8)[0], table, atol=1e-6)
   pos = jnp.array([[3, 4, 5], [0, 1, 0]])  # cached decoding / packed rows
-  np.testing.assert_allclose(sinusoidal_embedding(pos, 8), np.asarray(table)[np.asarray(pos)], atol=1e-6)
+  np.testing.assert_allclose(sinusoidal_embedding(pos, 8), np.asarray(table)[np.asarray(pos)],
+                             atol=1e-6)
   assert sinusoidal_embedding(pos, 8, dtype=jnp.bfloat16).dtype == jnp.bfloat16
 
 
@@ -57,7 +58,8 @@ def test_rope_scores_depend_only_on_relative_offset(fraction):
   q, k = _rand((1, 5, 2, 8), 0), _rand((1, 5, 2, 8), 1)
   pos = jnp.arange(5)[None]
   base = _scores(apply_rope(q, pos, fraction=fraction), apply_rope(k, pos, fraction=fraction))
-  shifted = _scores(apply_rope(q, pos + 37, fraction=fraction), apply_rope(k, pos + 37, fraction=fraction))
+  shifted = _scores(apply_rope(q, pos + 37, fraction=fraction),
+                    apply_rope(k, pos + 37, fraction=fraction))
   np.testing.assert_allclose(base, shifted, atol=1e-4)
   # ...but the rotation does change the scores.
   assert not np.allclose(base, _scores(q, k), atol=1e-3)
@@ -99,7 +101,8 @@ def test_alibi_slopes_powers_of_two_and_reference_12_heads():
   assert s8.dtype == np.float32
   np.testing.assert_allclose(s8, [2.0 ** -i for i in range(1, 9)], rtol=1e-6)
   # Not a power of two: 8-head slopes, then every other slope of the 16-head sequence.
-  expected12 = [2.0 ** -i for i in range(1, 9)] + [2.0 ** -0.5, 2.0 ** -1.5, 2.0 ** -2.5, 2.0 ** -3.5]
+  expected12 = [2.0 ** -i for i in range(1, 9)] + [2.0 ** -0.5, 2.0 ** -1.5, 2.0 ** -2.5,
+                                                    2.0 ** -3.5]
   np.testing.assert_allclose(alibi_slopes(12), expected12, rtol=1e-6)
   # 6 heads: 4-head slopes 2^-2, 2^-4, 2^-6, 2^-8, then 2^-1, 2^-3 from the 8-head sequence.
   np.testing.assert_allclose(alibi_slopes(6), [2.0 ** -e for e in (2, 4, 6, 8, 1, 3)], rtol=1e-6)

@@ -311,7 +311,8 @@ _DAMAGED_CHILD = textwrap.dedent('''
 
 
 def test_a_failed_read_prints_no_orphaned_task_tracebacks(tmp_path):
-  """Orbax's other read tasks on a damaged step fail too, unawaited; nothing of them reaches stderr."""
+  """Orbax's other read tasks on a damaged step fail too, unawaited; nothing of them reaches
+  stderr."""
   out = subprocess.run([sys.executable, '-c', _DAMAGED_CHILD, str(tmp_path)], cwd=REPO,
                        capture_output=True, text=True, timeout=300)
   assert out.stdout.strip() == 'checkpoint error', out.stderr[-3000:]

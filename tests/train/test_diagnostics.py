@@ -132,7 +132,8 @@ def test_diagnostics_off_sows_nothing_and_evaluation_computes_none():
 
 @pytest.mark.parametrize('family,kw', [
     ('decoder', {}), ('decoder', dict(position='t5', tie_embeddings=False)),
-    ('decoder', dict(moe=tx.MoEConfig(num_experts=2, top_k=1))), ('decoder', dict(scan_layers=True)),
+    ('decoder', dict(moe=tx.MoEConfig(num_experts=2, top_k=1))),
+    ('decoder', dict(scan_layers=True)),
     ('encoder', dict(type_vocab_size=2, embed_norm=True)), ('encoder', dict(num_classes=3)),
     ('encoder_decoder', dict(position='t5')), ('encoder_decoder', {})])
 def test_every_parameter_has_a_group(family, kw):

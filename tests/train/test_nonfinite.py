@@ -39,7 +39,8 @@ def test_stop_names_step_and_quantity_and_keeps_the_last_good_checkpoint(tt, tmp
   assert last.startswith('tx train: error: step 2: non-finite gradient norm nan'), last
   assert 'last good checkpoint is kept' in last and 'train.nan_policy=skip' in last
   assert sorted(p.name for p in (workdir / 'checkpoints').iterdir()) == ['1']
-  assert [json.loads(l)['step'] for l in (workdir / 'metrics.jsonl').read_text().splitlines()] == [1, 2]
+  assert [json.loads(l)['step']
+          for l in (workdir / 'metrics.jsonl').read_text().splitlines()] == [1, 2]
   _, state, _, step = load_run(workdir)
   assert step == 1
   assert all(np.isfinite(np.asarray(x)).all() for x in jax.tree_util.tree_leaves(state.params))
@@ -66,7 +67,8 @@ def test_a_skipped_bad_batch_leaves_training_on_course(decoder_run):
   """A transient fault (a NaN in one batch) is skipped; the next good batch updates."""
   _, run = decoder_run
   cfg, params = run.config, run.state.params
-  batch = {k: jnp.asarray(v) for k, v in next(make_pipelines(cfg, 'causal_lm')[0].iterator()).items()}
+  batch = {k: jnp.asarray(v)
+           for k, v in next(make_pipelines(cfg, 'causal_lm')[0].iterator()).items()}
   bad = dict(batch, weights=batch['weights'].astype(jnp.float32).at[0, 0].set(jnp.nan))
   optimizer, _ = make_optimizer(cfg.optim, total_steps=10, d_model=cfg.model.d_model)
   state = TrainState(step=jnp.zeros((), jnp.int32), params=params,

@@ -1,9 +1,9 @@
 """`tx plan`: per-device memory follows the sharding, the CLI's output, verdict and errors.
 
 One child process with 8 simulated CPU devices compiles a tiny decoder (2 layers, d 64, 4 heads,
-d_ff 128, vocab 512, batch 16 x 32) for data=8, fsdp=8 and data=2 x fsdp=4; one `tx plan` subprocess compiles
-fsdp=4 x tensor=2 and checks the table, --json and the verdict (five compiles in all, one of them
-4 steps per call). Every dimension is a multiple of 8, so every
+d_ff 128, vocab 512, batch 16 x 32) for data=8, fsdp=8 and data=2 x fsdp=4; one `tx plan`
+subprocess compiles fsdp=4 x tensor=2 and checks the table, --json and the verdict (five
+compiles in all, one of them 4 steps per call). Every dimension is a multiple of 8, so every
 parameter has an axis the fsdp rule ('embed' -> fsdp) splits: params and AdamW moments divide
 by 8 exactly; the only replicated optimizer leaves are scalars (AdamW's step count), whose
 bytes we bound by 64. Errors are checked in-process: no XLA compile (shapes are traced only).
@@ -123,7 +123,8 @@ def test_steps_per_call_plans_the_call_tx_train_compiles(plans):
 
 def test_cli_table_json_and_verdict(tt, tmp_path, plans):
   """`tx plan` from a process whose backend already runs with 1 device: re-runs in a child.
-  The compiled fsdp=4 x tensor=2 step's arguments are the shards test_tensor_axis_halves_the_sharded_matrices computes."""
+  The compiled fsdp=4 x tensor=2 step's arguments are the shards
+  test_tensor_axis_halves_the_sharded_matrices computes."""
   out = tmp_path / 'plan.json'
   argv = ['plan', 'demo', '--mesh', 'fsdp=4,tensor=2', '--set', *SETS, '--device-memory', '1KB',
           '--json', str(out)]
@@ -171,7 +172,8 @@ ERRORS = [  # (id, arguments after `tx plan demo`, substrings of the one line)
 def test_errors_are_one_line_before_compiling(name, args, expected, capsys):
   del name
   seen = []
-  listener = lambda event, duration, **kw: seen.append(event) if 'backend_compile' in event else None
+  listener = lambda event, duration, **kw: (
+      seen.append(event) if 'backend_compile' in event else None)
   jax.monitoring.register_event_duration_secs_listener(listener)
   try:
     code = main(['plan', 'demo', *args])

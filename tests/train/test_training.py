@@ -1,7 +1,7 @@
 """Training of the three families end to end, the run directory, and the step's arithmetic.
 
-One session-scoped run per family (conftest's family_runs) (30 steps, tiny model, char tokenizer on a tiny corpus);
-the other tests reuse those runs or call the step / evaluation functions directly.
+One session-scoped run per family (conftest's family_runs) (30 steps, tiny model, char tokenizer on
+a tiny corpus); the other tests reuse those runs or call the step / evaluation functions directly.
 """
 
 import itertools

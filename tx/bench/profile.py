@@ -46,7 +46,8 @@ _OPERAND = re.compile(r'%([\w.\-]+)')
 _OP_NAME = re.compile(r'op_name="([^"]*)"')
 _COMPUTATION = re.compile(r'^(?:ENTRY )?%([\w.\-]+) ')
 _CONTROL = ('while', 'call', 'conditional')  # thunks that contain others
-_NAME = re.compile(r'^[\w\-]+\.?[\w.\-]*$')  # an instruction's: no spaces, '::', '$' ('__': Python's)
+# an instruction's: no spaces, '::', '$' ('__': Python's)
+_NAME = re.compile(r'^[\w\-]+\.?[\w.\-]*$')
 
 
 def _computations(hlo: str) -> dict[str, list[str]]:
@@ -243,7 +244,8 @@ def _ancestors(event) -> list[str]:
   return names
 
 
-def peer_category(key: str, ancestors: list[str]) -> str:  # pylint: disable=too-many-return-statements
+# pylint: disable-next=too-many-return-statements
+def peer_category(key: str, ancestors: list[str]) -> str:
   """An aten op's category (CATEGORIES), given the names of the ops it runs inside."""
   if any(a.startswith('Optimizer.step') for a in [key, *ancestors]) or 'foreach' in key or (
       'norm' in key and 'layer_norm' not in key):

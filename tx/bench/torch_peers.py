@@ -272,7 +272,8 @@ def _seq2seq(torch, spec, max_len):
         nn.init.normal_(emb.weight, std=d ** -0.5)
       self.core = nn.Transformer(
           d, spec['heads'], spec['enc_layers'], spec['dec_layers'],
-          dim_feedforward=spec['d_ff'], dropout=0.0, activation='relu', batch_first=True, norm_first=False)
+          dim_feedforward=spec['d_ff'], dropout=0.0, activation='relu', batch_first=True,
+          norm_first=False)
       pos = torch.arange(max_len, dtype=torch.float32)[:, None]
       inv = torch.exp(torch.arange(0, d, 2, dtype=torch.float32) * (-math.log(10000.0) / d))
       pe = torch.zeros(max_len, d)

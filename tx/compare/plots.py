@@ -24,7 +24,8 @@ from tx.config.base import ConfigError
 
 
 def _figure():
-  from matplotlib.figure import Figure  # pylint: disable=g-import-not-at-top  (heavy: kept off start-up)
+  # heavy: kept off start-up
+  from matplotlib.figure import Figure  # pylint: disable=g-import-not-at-top
   fig = Figure(figsize=(7, 4.5), dpi=110)
   return fig, fig.subplots()
 
@@ -137,7 +138,9 @@ def extrapolation(collection: Collection, baseline: str, out: Path) -> list[Path
     drawn = True
   if not drawn:
     return []
-  from matplotlib.ticker import NullFormatter, ScalarFormatter  # pylint: disable=g-import-not-at-top  (heavy: kept off start-up)
+  # heavy: kept off start-up
+  from matplotlib.ticker import (  # pylint: disable=g-import-not-at-top
+      NullFormatter, ScalarFormatter)
   ax.set_yscale('log')
   ax.set_xscale('log', base=2)
   ax.set_xticks(sorted({n for r in collection.runs for n in _extrapolation(r.summary)}))

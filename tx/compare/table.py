@@ -141,7 +141,8 @@ def _diff_cell(row: Row) -> str:
   if row.interval is None:
     return f'{num(row.diff, True)} (CI n/a)'
   mark = ' *' if row.interval.excludes_zero else ''
-  return f'{num(row.diff, True)} [{num(row.interval.low, True)}, {num(row.interval.high, True)}]{mark}'
+  return (f'{num(row.diff, True)} '
+          f'[{num(row.interval.low, True)}, {num(row.interval.high, True)}]{mark}')
 
 
 def _seeds_cell(row: Row) -> str:

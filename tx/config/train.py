@@ -22,7 +22,8 @@ class TrainConfig:
   average_last: int = 0
   async_checkpoint: bool = True
   best_metric: str = 'loss'  # eval metric tracked as best-so-far (lower is better)
-  extrapolation: tuple[float, ...] = ()  # causal LM: at the end, eval perplexity at k x data.seq_len
+  # causal LM: at the end, eval perplexity at k x data.seq_len
+  extrapolation: tuple[float, ...] = ()
   sample_every: int = 0  # print a sample every N steps (0 = only at the end, LMs only)
   sample_tokens: int = 128
   nan_policy: str = choice('stop', 'skip')  # skip = drop the update, up to max_skips times
@@ -118,7 +119,8 @@ class MeshConfig:
       named = (mesh_axes,) if isinstance(mesh_axes, str) else (mesh_axes or ())
       for a in named:
         if a not in axes:
-          fail('mesh.rules', f'rule for {logical!r} names mesh axis {a!r}; use data, fsdp or tensor')
+          fail('mesh.rules',
+               f'rule for {logical!r} names mesh axis {a!r}; use data, fsdp or tensor')
 
 
 @config
@@ -136,7 +138,8 @@ class DecodeConfig:
 
   def validate(self):
     if self.temperature <= 0:
-      fail('decode.temperature', f'must be > 0 (use strategy=greedy for argmax), got {self.temperature}')
+      fail('decode.temperature',
+           f'must be > 0 (use strategy=greedy for argmax), got {self.temperature}')
     if self.top_k < 0:
       fail('decode.top_k', f'must be >= 0 (0 = off), got {self.top_k}')
     if not 0 < self.top_p <= 1:

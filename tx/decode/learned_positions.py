@@ -1,4 +1,5 @@
-"""Decoder-only generation past a learned position table: crop to the last max_len tokens, recomputed.
+"""Decoder-only generation past a learned position table: crop to the last max_len tokens,
+recomputed.
 
 A model with learned positions has no embedding for position `model.max_len` or later
 (lm_shakespeare_char: 64 positions, 300 sampled characters). Once prompt + new tokens

@@ -12,7 +12,7 @@ from tx.registry import axis, cases, derive, experiment, product, sweep
 
 @experiment
 def lm_shakespeare_small():
-  """A 2-layer char GPT on tiny shakespeare for ablations (ctx 64, 600 steps, extrapolation 1/2/4x)."""
+  """2-layer char GPT on tiny shakespeare for ablations (ctx 64, 600 steps, 1-4x extrapolation)."""
   return derive('lm_shakespeare_char', {
       'model.num_layers': 2, 'model.d_model': 64, 'model.num_heads': 4, 'model.d_ff': 256,
       'train.steps': 600, 'train.batch_size': 16, 'train.eval_every': 300,
@@ -59,7 +59,8 @@ sweep('ablate_norm_position', base='lm_shakespeare_deep', seeds=3,
 
 sweep('ablate_ffn', base='lm_shakespeare_small', seeds=3,
       axes=cases({'model.ffn': 'relu'}, {'model.ffn': 'gelu'},
-                 {'model.ffn': 'swiglu', 'model.d_ff': 170},  # 3 matrices of 2/3 width: matched params
+                 # 3 matrices of 2/3 width: matched params
+                 {'model.ffn': 'swiglu', 'model.d_ff': 170},
                  {'model.ffn': 'gelu', 'model.moe.num_experts': 4, 'model.moe.top_k': 2}),
       overrides={'train.extrapolation': ()},
       baseline={'model.ffn': 'relu'},

@@ -18,7 +18,7 @@ from tx.registry import experiment
 
 @experiment
 def demo():
-  """Byte-level GPT on the Python stdlib sources: trains, evaluates, checkpoints, samples (~2 min)."""
+  """Byte-level GPT on the stdlib sources: trains, evaluates, checkpoints, samples (~2 min)."""
   return ExperimentConfig(
       model=ModelConfig(family='decoder', d_model=128, num_heads=4, d_ff=384, num_layers=4,
                         max_len=128, position='rope', norm='rmsnorm', ffn='swiglu',

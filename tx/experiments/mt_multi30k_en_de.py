@@ -42,7 +42,8 @@ Measured 2026-11-26 on the AMD EPYC host (family 25 model 17, 2 cores, idle but 
 editing), jax 0.10.2: training 3,248 s (54.1 min) wall, 8.3 s compile, 6,544 target tokens/s;
 validation NLL 1.654 (perplexity 5.23, token accuracy 0.683). On a host without bf16
 arithmetic (the AVX2 kind; not measured) the bf16 step need not be faster than float32, so
-the hour may not hold the 5,400 steps there. test_2016_flickr, scored once, the average, beam 4, penalty 1.4:
+the hour may not hold the 5,400 steps there. test_2016_flickr, scored once, the average,
+beam 4, penalty 1.4:
   sacreBLEU 38.48 (nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0), chrF 63.70;
   lower-cased BLEU 38.93 (sacreBLEU's 13a tokenizer on lower-cased text, case:lc);
   greedy: 37.28 / 37.72. Validation was 40.68. Wu et al. report 41.0 tokenized BLEU with

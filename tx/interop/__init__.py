@@ -14,7 +14,8 @@ export_hf(cfg, params, 'out/dir')                  # GPT-2 or LLaMA layout (RoPE
 ```
 
 ```bash
-tx convert --hf path/to/checkpoint --workdir runs/gpt2 [--experiment NAME] [--set train.steps=100 ...]
+tx convert --hf path/to/checkpoint --workdir runs/gpt2 [--experiment NAME] \\
+    [--set train.steps=100 ...]
 ```
 
 `tx convert` writes a run directory (`config.json` + an Orbax checkpoint at step 0 with a

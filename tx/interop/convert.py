@@ -18,7 +18,8 @@ with no further flags:
 
     tx convert --hf ckpt/gpt2 --workdir runs/gpt2
     tx generate --workdir runs/gpt2 --prompt "Hello, my name is" --set decode.max_len=20
-    tx generate --workdir runs/gpt2 --input prompts.txt --set decode.strategy=sample decode.top_p=0.9
+    tx generate --workdir runs/gpt2 --input prompts.txt \\
+        --set decode.strategy=sample decode.top_p=0.9
 
 and for `tx eval` (causal LMs) give the run a text dataset when converting; its documents
 are joined with the checkpoint's EOS into windows of data.seq_len tokens:

@@ -60,7 +60,8 @@ def export_hf(cfg: ModelConfig, params, path: str | Path, *, arch: str | None = 
   path = Path(path).expanduser()
   path.mkdir(parents=True, exist_ok=True)
   try:
-    from safetensors.numpy import save_file  # pylint: disable=g-import-not-at-top  (optional (the interop extra))
+    # optional (the interop extra)
+    from safetensors.numpy import save_file  # pylint: disable=g-import-not-at-top
   except ImportError:
     raise ConfigError('export needs the safetensors package: pip install safetensors '
                       '(or the interop extra)') from None

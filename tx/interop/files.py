@@ -84,7 +84,8 @@ def _shards(index: Path) -> list[str]:
 
 def _read_safetensors(file: Path) -> dict[str, np.ndarray]:
   try:
-    from safetensors.numpy import load_file  # pylint: disable=g-import-not-at-top  (optional (the interop extra))
+    # optional (the interop extra)
+    from safetensors.numpy import load_file  # pylint: disable=g-import-not-at-top
   except ImportError:
     load_file = None
   if load_file is not None:

@@ -41,7 +41,8 @@ def convert_slow_tokenizer(hf_dir: Path, out: Path) -> Path:
   files = slow_files(hf_dir)
   assert files is not None, hf_dir
   try:
-    import transformers  # pylint: disable=g-import-not-at-top  (optional (the interop extra); heavy)
+    # optional (the interop extra); heavy
+    import transformers  # pylint: disable=g-import-not-at-top
   except ImportError:
     raise ConfigError(f'{hf_dir} has no {HF_FILE}, only {" + ".join(files)}; converting them '
                       'needs transformers: pip install -e ".[interop]" (or save the '

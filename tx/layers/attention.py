@@ -104,7 +104,8 @@ class MultiHeadAttention(nn.Module):
     cache, take it; a bf16 projection returns its float32 accumulator)."""
     cfg = self.cfg
     return DenseGeneral((heads, cfg.dim), axes, use_bias=cfg.use_bias, dtype=cfg.dtype,
-                        param_dtype=cfg.param_dtype, matmul=cfg.matmul, name=name)(x).astype(jnp.dtype(cfg.dtype))
+                        param_dtype=cfg.param_dtype, matmul=cfg.matmul,
+                        name=name)(x).astype(jnp.dtype(cfg.dtype))
 
   def _keys(self, kv_BSD):
     """Keys [B, S, K, D] of kv: projected, then normalised per head under qk_norm."""

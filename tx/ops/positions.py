@@ -176,7 +176,8 @@ def apply_rope(x_BLHD, positions_BL, theta=10000.0, fraction=1.0, *, scaling=Non
   D = x_BLHD.shape[-1]
   rot = int(D * fraction)
   if rot <= 0 or rot % 2:
-    raise ValueError(f'fraction={fraction} gives {rot} rotated dims of D={D}; need a positive even number')
+    raise ValueError(f'fraction={fraction} gives {rot} rotated dims of D={D}; '
+                     'need a positive even number')
   pos_BL = jnp.asarray(positions_BL)
   if pos_BL.ndim != 2:
     raise ValueError(f'positions_BL must be 2-D [B, L], got shape {pos_BL.shape}')

@@ -105,7 +105,8 @@ def _forward_into(unused_ctx, outs, q, k, v, bias=None, *, scale, causal):
   out_BLHD, lse_BHL = outs
   attn_mask, blind = _host_mask(bias, causal)
   with torch.no_grad():
-    out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(  # pylint: disable=protected-access
+    # pylint: disable-next=protected-access
+    out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
         _heads_first(q), _heads_first(k), _heads_first(v), 0.0, causal, attn_mask=attn_mask,
         scale=scale)
     if blind is not None:  # the kernel averages v over a row's (all hidden) keys
@@ -121,7 +122,8 @@ def _backward_into(unused_ctx, outs, d_out, q, k, v, out, lse, bias=None, *, sca
   if blind is not None:  # a zeroed row passes no gradient back (a copy: XLA's buffer stays)
     d_out = d_out.masked_fill(blind, 0.0)
   with torch.no_grad():
-    grads = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(  # pylint: disable=protected-access
+    # pylint: disable-next=protected-access
+    grads = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
         d_out, *map(_heads_first, (q, k, v, out)), torch.from_dlpack(lse), 0.0, causal,
         attn_mask=attn_mask, scale=scale)
     for buffer, grad in zip(outs, grads):

@@ -1,7 +1,8 @@
 """A dense layer's 2-D product in PyTorch's CPU GEMM (oneDNN / MKL), called from XLA.
 
 On hosts where torch's GEMMs outrun XLA:CPU's (most of all in bf16 on hosts with AMX), a
-dense layer's forward product and both gradient products can run there instead, in a host callback inside a custom VJP.
+dense layer's forward product and both gradient products can run there instead, in a host
+callback inside a custom VJP.
 `jax.experimental.buffer_callback` hands the callback XLA's own buffers: torch reads the
 operands and writes each product into its output buffer in place (through DLPack), so
 nothing is copied or allocated around the GEMM. `tx tune` times it on the run's own step

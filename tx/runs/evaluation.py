@@ -7,7 +7,8 @@ longer contexts (length extrapolation), masked-token accuracy.
 
 BLEU is sacreBLEU's corpus BLEU on detokenized text (the tokenizer's `decode`) against
 the raw reference sentences, with its default 13a tokenization (cased); `bleu_lc` is the
-same on lower-cased text (13a-tokenized, lower-cased BLEU); chrF is sacreBLEU's chrF2. Both come with their signatures, which belong next to the number.
+same on lower-cased text (13a-tokenized, lower-cased BLEU); chrF is sacreBLEU's chrF2. Both
+come with their signatures, which belong next to the number.
 
 Loss-based metrics come from `tx.train.evaluate`; decoding from `tx.decode`.
 """
@@ -33,7 +34,8 @@ def corpus_scores(hypotheses: list[str], references: list[str]) -> dict:
   reference each): sacreBLEU corpus BLEU (13a tokenization, cased), the same on lower-cased
   text ('bleu_lc': 13a-tokenized, lower-cased BLEU, what papers reporting tokenized
   lower-cased BLEU on Multi30k compare with) and chrF."""
-  from sacrebleu.metrics import BLEU, CHRF  # pylint: disable=g-import-not-at-top  (heavy: kept off start-up)
+  # heavy: kept off start-up
+  from sacrebleu.metrics import BLEU, CHRF  # pylint: disable=g-import-not-at-top
   if len(hypotheses) != len(references):
     raise ValueError(f'{len(hypotheses)} hypotheses but {len(references)} references')
   bleu, bleu_lc, chrf = BLEU(tokenize='13a'), BLEU(tokenize='13a', lowercase=True), CHRF()
@@ -59,8 +61,8 @@ def translation_scores(cfg, params, split: str, *, strategies=('greedy', 'beam')
     source, tokenizer: replace tx.data.sources / the dataset tokenizer (tests).
   Returns:
     {'bleu', 'bleu_lc', 'chrf'} of the LAST strategy (beam by default), 'bleu_<s>',
-    'bleu_lc_<s>' and 'chrf_<s>' for every strategy, the sacreBLEU signatures, 'sentences' and, per strategy, 'examples_<s>'
-    (the first 3 hypotheses with their sources and references).
+    'bleu_lc_<s>' and 'chrf_<s>' for every strategy, the sacreBLEU signatures, 'sentences'
+    and, per strategy, 'examples_<s>' (the first 3 hypotheses with their sources and references).
   """
   decode_cfg = decode_cfg or cfg.decode
   records = source(split) if source is not None else data_sources.load_source(cfg.data, split)

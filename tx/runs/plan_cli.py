@@ -46,7 +46,8 @@ def ensure_devices(n: int) -> bool:
   Returns True when this process can compile for `n` devices (CPU platform, at least `n`
   devices: set up now or already there), False when its backend runs with something else.
   """
-  import jax  # pylint: disable=g-import-not-at-top  (start-up: `tx plan` sets XLA_FLAGS before JAX loads)
+  # start-up: `tx plan` sets XLA_FLAGS before JAX loads
+  import jax  # pylint: disable=g-import-not-at-top
   if not backend_started():
     os.environ['XLA_FLAGS'] = xla_flags(n, os.environ.get('XLA_FLAGS', ''))
     jax.config.update('jax_platforms', 'cpu')
@@ -111,7 +112,8 @@ def format_plan(p: planning.Plan) -> str:
       f'    optimizer state   {_size(p.optimizer_bytes)}',
       f'    batch             {_size(p.batch_bytes)}',
       f'    temporaries       {_size(p.temp_bytes)}   activations, gradients, update buffers',
-      f'    total             {_size(p.total_bytes)}   arguments {p.argument_bytes / planning.GiB:.2f}'
+      f'    total             {_size(p.total_bytes)}   '
+      f'arguments {p.argument_bytes / planning.GiB:.2f}'
       f' + outputs {p.output_bytes / planning.GiB:.2f} - donated {p.alias_bytes / planning.GiB:.2f}'
       f' + temporaries {p.temp_bytes / planning.GiB:.2f} + code {p.code_bytes / planning.GiB:.2f}',
       f'  FLOPs per step      {p.flops_model:.3g} model (all devices, analytic); {compiled}',

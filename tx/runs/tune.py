@@ -479,7 +479,8 @@ def _measuring(path: Path, say):
   from tx.config.base import ConfigError  # pylint: disable=g-import-not-at-top
   try:
     path.parent.mkdir(parents=True, exist_ok=True)
-    lock = open(path.with_suffix('.lock'), 'a', encoding='utf-8')  # pylint: disable=consider-using-with
+    lock = open(path.with_suffix('.lock'), 'a',  # pylint: disable=consider-using-with
+                encoding='utf-8')
   except OSError as e:
     raise ConfigError(f'tx tune: cannot write its cache in {path.parent} ({e.strerror or e}); '
                       'set TX_CACHE_DIR to a writable folder') from None

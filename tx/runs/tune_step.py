@@ -28,7 +28,8 @@ def compiled_step(spec: dict, state=None):
   from tx.models.build import build_model  # pylint: disable=g-import-not-at-top
   from tx.train.optimizer import run_optimizer  # pylint: disable=g-import-not-at-top
   from tx.tasks import make_task  # pylint: disable=g-import-not-at-top
-  from tx.train.mesh import batch_sharding, logical_rules, make_mesh, stacked_sharding  # pylint: disable=g-import-not-at-top
+  from tx.train.mesh import (  # pylint: disable=g-import-not-at-top
+      batch_sharding, logical_rules, make_mesh, stacked_sharding)
   from tx.train.state import init_state, state_shardings  # pylint: disable=g-import-not-at-top
   from tx.train.step import configured_train_step  # pylint: disable=g-import-not-at-top
   cfg = from_dict(ExperimentConfig, spec['config'])

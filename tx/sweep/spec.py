@@ -149,7 +149,8 @@ def plan(sweep: Sweep, workdir, *, resolve: Resolver, seeds: int | None = None,
   """Every run of `sweep` (variant x seed) with its config resolved and validated.
 
   `resolve(base, overrides)` turns the base experiment's name and a variant's overrides
-  into a validated ExperimentConfig (`tx.registry.get`). `seeds` replaces the sweep's seed count and `extra` (`--set`) is applied to every run.
+  into a validated ExperimentConfig (`tx.registry.get`). `seeds` replaces the sweep's seed
+  count and `extra` (`--set`) is applied to every run.
   Raises ConfigError naming the variant and key when any config is invalid, so a bad
   variant stops the sweep before anything runs.
   """

@@ -2,7 +2,8 @@
 
 
 class CheckpointError(ValueError):
-  """A missing, corrupt or mismatched checkpoint; the message is one line naming the path/step and the fix."""
+  """A missing, corrupt or mismatched checkpoint; the message is one line naming the path/step and
+  the fix."""
 
 
 class NonFiniteError(RuntimeError):

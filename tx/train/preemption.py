@@ -62,7 +62,8 @@ class PreemptionGuard:
   def requested(self, step: int) -> bool:
     """True at the step where this run should checkpoint and stop. Call once after each step."""
     if self._multi_process:
-      from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top  (as above)
+      # as above
+      from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
       try:
         if multihost_utils.reached_preemption_sync_point(step):
           self.signal_name = self.signal_name or 'SIGTERM'

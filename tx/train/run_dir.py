@@ -188,7 +188,8 @@ def _tensorboard_writer():
   """
   try:
     with without_torch():
-      from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top  (heavy: kept off start-up)
+      # heavy: kept off start-up
+      from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
     return SummaryWriter
   except Exception as e:  # pylint: disable=broad-except
     log.warning('TensorBoard events are off: tensorboardX failed to import (%s)', e)

@@ -8,7 +8,8 @@ and 'hf', a Hugging Face tokenizer.json with a converted checkpoint's own ids (h
     tok.num_bytes(ids)    # 11, for bits per byte
 
 Special ids (PAD 0, BOS 1, EOS 2, UNK 3, MASK 4) are the same for every kind tx trains;
-see `specials`. 'hf' is loaded, never trained: `load_hf_tokenizer(path)`. Saved tokenizers are JSON (+ a sentencepiece .model), never pickle.
+see `specials`. 'hf' is loaded, never trained: `load_hf_tokenizer(path)`. Saved tokenizers
+are JSON (+ a sentencepiece .model), never pickle.
 """
 
 from tx.data.tokenizers.base import Tokenizer

@@ -39,7 +39,8 @@ def check_kind(kind: str) -> None:
 def cache_path(kind: str, vocab_size: int, cache_dir: str | os.PathLike) -> pathlib.Path:
   """The JSON file under `cache_dir` that caches a (kind, vocab_size) tokenizer."""
   check_kind(kind)
-  name = f'tokenizer-{kind}.json' if kind in ('byte', 'char') else f'tokenizer-{kind}-{vocab_size}.json'
+  name = (f'tokenizer-{kind}.json' if kind in ('byte', 'char')
+          else f'tokenizer-{kind}-{vocab_size}.json')
   return pathlib.Path(cache_dir) / name
 
 

@@ -30,11 +30,13 @@ def load_tokenizer(path: str | os.PathLike) -> Tokenizer:
   if path.suffix == '.model':
     path = path.with_suffix('.json')
   if not path.is_file():
-    raise DataError(f'tokenizer file {path} not found; save one with Tokenizer.save or build_tokenizer')
+    raise DataError(f'tokenizer file {path} not found; '
+                    'save one with Tokenizer.save or build_tokenizer')
   try:
     header = json.loads(path.read_text(encoding='utf-8'))
   except (UnicodeDecodeError, json.JSONDecodeError) as e:
-    raise DataError(f'tokenizer file {path} is not valid JSON ({e}); delete it to retrain') from None
+    raise DataError(f'tokenizer file {path} is not valid JSON ({e}); '
+                    'delete it to retrain') from None
   if not isinstance(header, dict) or header.get('format') != FORMAT:
     raise DataError(f'{path} is not a tx tokenizer file (no "format": "{FORMAT}"); '
                     'pass the .json written by Tokenizer.save')

@@ -77,7 +77,8 @@ class SentencePieceTokenizer(Tokenizer):
             max_sentences: int = 1_000_000, seed: int = 0) -> SentencePieceTokenizer:
     """Trains on the lines of `texts` (for translation: source and target together)."""
     if kind not in MODEL_TYPES:
-      raise DataError(f'data.tokenizer={kind!r} is not a sentencepiece type; use one of {MODEL_TYPES}')
+      raise DataError(f'data.tokenizer={kind!r} is not a sentencepiece type; '
+                      f'use one of {MODEL_TYPES}')
     if vocab_size < MIN_VOCAB_SIZE:
       raise DataError(f'data.vocab_size={vocab_size} is too small for {kind}: it needs '
                       f'>= {MIN_VOCAB_SIZE} ({specials.NUM_SPECIALS} specials + {NUM_BYTE_PIECES} '
