@@ -23,9 +23,10 @@ demo: venv
 
 # One worker per core, at most 4 (each holds a jax process and starts more); a file's tests
 # stay on one worker, so a module's fixtures run once. TEST_WORKERS=0 runs them in one process.
+# The 20 slowest tests are listed at the end: CI must stay within 30 minutes on every host.
 TEST_WORKERS ?= auto --maxprocesses 4
 test: $(BIN)/.installed-interop
-	$(BIN)/python -m pytest tests -n $(TEST_WORKERS) --dist loadfile
+	$(BIN)/python -m pytest tests -n $(TEST_WORKERS) --dist loadfile --durations=20
 
 # experiments/RESULTS.md: every ablation and LR-sensitivity sweep, then its comparison
 # (compare.md/.csv, lr_curves.md/.csv, PNGs). On the 2-core project machine: the ablations
