@@ -131,6 +131,22 @@ def test_products_in_xlas_own_dot_thunk_are_counted_since_their_spans_read_short
   assert "XLA's own dot thunk" not in profile.table(doc)
 
 
+def test_a_step_that_profiling_slowed_is_flagged_in_the_table():
+  """Where the profiled step runs over 1.3x the unprofiled one, the table says so per side
+  (its split is then the profiled step's); a step profiled at its own speed gets no line."""
+  def side(profiled, plain):
+    return {'step_s': profiled, 'unprofiled_step_s': plain, 'system_s': 0.0, 'faults': 0.0,
+            'per_category_ms': dict.fromkeys(profile.CATEGORIES, 1.0), 'all_ops_ms': 4.0,
+            'busy_ms': [4.0], 'top': {}, 'unmatched': []}
+  doc = {'machine': {'host': {}, 'threads': 2},
+         'cases': {'c': {'tx': side(0.1212, 0.0468), 'peer': side(0.070, 0.068)}}}
+  text = profile.table(doc)
+  assert 'tx: profiling slowed the step 2.6x (121.2 against 46.8 ms)' in text
+  assert 'peer: profiling slowed' not in text
+  doc['cases']['c']['tx'] = side(0.0468, 0.0468)
+  assert 'profiling slowed' not in profile.table(doc)
+
+
 @pytest.mark.parametrize('key, parents, kind', [
     ('aten::mm', ['autograd::engine::evaluate_function: MmBackward0'], 'dense GEMM'),
     ('aten::addmm', [], 'dense GEMM'),

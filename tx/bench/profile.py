@@ -303,6 +303,23 @@ def peer_step(spec: dict) -> dict:
   return out
 
 
+# How much slower the profiled step may run than the unprofiled one before the report says
+# that its split is the profiled step's: on small steps the tracer's cost is not spread
+# evenly over the ops (benchmarks/NOTES.md, attempt 109: 121 ms profiled against 47).
+SLOWED_BY = 1.3
+
+
+def _slowed_note(side: str, result: dict) -> str | None:
+  """A line for the table where profiling slowed `side`'s step by more than SLOWED_BY."""
+  profiled, plain = result['step_s'], result['unprofiled_step_s']
+  if not plain or profiled <= SLOWED_BY * plain:
+    return None
+  return (f'{side}: profiling slowed the step {profiled / plain:.1f}x ({profiled * 1e3:.1f} '
+          f'against {plain * 1e3:.1f} ms): the categories split the profiled step, whose '
+          'tracer cost is uneven; to compare parts, time variants unprofiled '
+          '(benchmarks/step_ab.py, benchmarks/ffi_gemm_step.py)')
+
+
 def table(doc: dict) -> str:
   """The report of `tx bench --profile` and `tx profile`: per case (or experiment), ms per
   step by category for tx and the peer (where measured), then each category's costliest
@@ -333,6 +350,8 @@ def table(doc: dict) -> str:
       lines.append(f'tx: {tx["async_dots"]} products ran in XLA\'s own dot thunk, whose spans '
                    'cover the launch only: the dense GEMM and attention rows read short, and no '
                    f'op was traced for {tx["step_s"] * 1e3 - tx["all_ops_ms"]:.1f} ms of the step')
+    lines += [note for side, result in (('tx', tx), ('peer', peer))
+              if result and (note := _slowed_note(side, result))]
     if tx.get('unmatched'):
       lines.append('tx: thunk-like trace spans found in no HLO instruction (ms per step): '
                    + ', '.join(f'{n} {ms:.1f}' for n, ms in tx['unmatched']))
