@@ -42,11 +42,12 @@ def setting(spec: dict, flags: str = '') -> str:
 
 def bench_rounds(doc: dict):
   """(case, metric, setting, [tx / peer per round]) for each paired row of a `tx bench` JSON;
-  the setting is the case's spec with the run's `tx tune` choice."""
+  the setting is the case's spec, with the run's `tx tune` choice for training rows (`tx
+  bench --tune` tunes the training step only: decoding runs the case's spec either way)."""
   for r in doc.get('rows', []):
     if r.get('ratio_rounds'):
       case = doc['cases'].get(r['case']) or {}
-      tuned = case.get('tuned') or {}
+      tuned = (case.get('tuned') or {}) if r['metric'].startswith('train') else {}
       spec = {**case.get('spec', {}), **(tuned.get('model_overrides') or {}),
               **(tuned.get('train_overrides') or {})}
       first = r.get('first_rounds') or ['tx'] * len(r['ratio_rounds'])  # older: tx first

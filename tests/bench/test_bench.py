@@ -296,6 +296,26 @@ def test_pooled_rounds_split_by_the_side_that_ran_first(tmp_path, capsys):
           in printed.splitlines()[1])
 
 
+def test_pooled_decoding_rounds_ignore_the_runs_training_tune(tmp_path):
+  """`tx bench --tune` tunes the training step only, so a tuned run's decoding rounds pool with
+  an untuned run's; its training rounds stay apart under the tune's setting."""
+  pooled_ratio = _pooled_ratio_module()
+  tuned = {'choice': 'x', 'model_overrides': {'attention_impl': 'torch'},
+           'train_overrides': {'steps_per_call': 4}, 'xla_flags': '--xla_cpu_use_onednn=true'}
+  rows = [{'case': 'gpt_6l', 'metric': 'decode b8 tokens/s', 'ratio_rounds': [2.1, 1.9]},
+          {'case': 'gpt_6l', 'metric': 'train tokens/s', 'ratio_rounds': [1.2, 1.1]}]
+  files = []
+  for name, case in (('tuned', {'spec': {}, 'tuned': tuned}), ('plain', {'spec': {}})):
+    files.append(str(tmp_path / f'{name}.json'))
+    with open(files[-1], 'w', encoding='utf-8') as f:
+      json.dump({'rows': rows, 'cases': {'gpt_6l': case}}, f)
+  groups = pooled_ratio.pooled(files)
+  assert groups['gpt_6l', 'decode b8 tokens/s', 'defaults']['ratios'] == [2.1, 1.9, 2.1, 1.9]
+  assert groups['gpt_6l', 'train tokens/s', 'defaults']['ratios'] == [1.2, 1.1]
+  assert groups['gpt_6l', 'train tokens/s', 'attention_impl=torch steps_per_call=4 '
+                '--xla_cpu_use_onednn=true']['ratios'] == [1.2, 1.1]
+
+
 def test_pooled_rounds_say_how_many_draws_would_settle_an_interval_across_the_bound(capsys):
   """An interval either side of the bound: the least N whose t-interval at the same mean and
   spread of logs would exclude it; none for a mean at the bound."""
