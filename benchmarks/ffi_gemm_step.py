@@ -27,6 +27,15 @@ path: q·kᵀ, p·v and the backward's four, `tx.ops.xla_attention`): `openblas_
 attention is torch's (attention_impl='torch') has none to swap. `--products` first times
 each product of the step alone, XLA's dot against the custom call, medians of `--reps`
 calls, and the step's products at each one's rates.
+
+`--on JSON` sets spec keys in every variant (the tuned setting's, e.g. '{"steps_per_call": 4}'),
+and `--variant NAME JSON` (repeatable) times more variants beside these, before the A/A
+control: any spec keys, plus "ffi_products" and "ffi_attention" ('openblas' or 'none') for
+the custom call's dense and batched products. So the custom call can be held against a
+host's tuned kernels in one process, e.g. torch's attention and GEMM:
+
+  --on '{"steps_per_call": 4}' --variant tuned '{"attention_impl": "torch", "matmul_impl":
+  "torch"}' --variant openblas_all '{"ffi_products": "openblas", "ffi_attention": "openblas"}'
 """
 
 from __future__ import annotations
@@ -35,6 +44,7 @@ import argparse
 import ctypes
 import glob
 import hashlib
+import json
 import os
 import shutil
 import statistics
@@ -177,6 +187,22 @@ def matmul(x_MK, w_KN, mode: str = 'openblas'):
   return mm(x_MK, w_KN)
 
 
+def variant_spec(settings: dict) -> dict:
+  """A `--variant`'s spec keys, its "ffi_products" / "ffi_attention" modes turned into the
+  keys `_patch_tx`'s compile takes (dense products in the custom call: tx's torch path)."""
+  spec = dict(settings)
+  for key, private in (('ffi_products', _VARIANT_MODE), ('ffi_attention', _ATTENTION_MODE)):
+    mode = spec.pop(key, None)
+    if mode is None:
+      continue
+    if mode not in MODES:
+      raise SystemExit(f'--variant {key}={mode!r}: the modes are {sorted(MODES)}')
+    spec[private] = mode
+    if key == 'ffi_products':
+      spec['matmul_impl'] = 'torch'
+  return spec
+
+
 def _patch_tx() -> None:
   """Sends tx's `matmul_impl='torch'` float32 products to the custom call while a variant
   is compiled with `_VARIANT_MODE` set, and attention's batched products with
@@ -245,6 +271,12 @@ def main(argv=None) -> int:
   parser.add_argument('--attention', action='store_true',
                       help="add variants with attention's batched products in the custom call "
                            'and without them')
+  parser.add_argument('--on', default='{}', metavar='JSON',
+                      help='spec keys set in every variant (e.g. the tuned steps_per_call)')
+  parser.add_argument('--variant', nargs=2, action='append', default=[],
+                      metavar=('NAME', 'JSON'),
+                      help='one more variant: spec keys, plus "ffi_products" / '
+                           '"ffi_attention" (openblas or none)')
   args = parser.parse_args(argv)
   from tx.bench import cases  # pylint: disable=g-import-not-at-top  (after argparse)
   spec = next((c.spec for c in cases.SUITE if c.name == args.case), None)
@@ -274,6 +306,13 @@ def main(argv=None) -> int:
   if args.attention:
     variants[3:3] = [('openblas_attention', {_ATTENTION_MODE: 'openblas'}),
                      ('no_attention_products', {_ATTENTION_MODE: 'none'})]
+  try:
+    on = json.loads(args.on)
+    extra = [(name, variant_spec(json.loads(settings))) for name, settings in args.variant]
+  except json.JSONDecodeError as e:
+    parser.error(f'--on / --variant JSON: {e}')
+  variants[-1:-1] = extra
+  variants = [(name, dict(on, **settings)) for name, settings in variants]
   times = step_ab.time_variants(args.case, variants, args.rounds, args.warmup, args.block)
   step_ab.print_variants(times)
   ms = {name: statistics.median(t) * 1e3 for name, t in times.items()}

@@ -78,6 +78,13 @@ def test_a_missing_compiler_is_named_in_one_line(tmp_path, monkeypatch):
   assert not list(tmp_path.rglob('*.so'))
 
 
+def test_a_variants_unknown_custom_call_mode_is_refused_in_one_line():
+  with pytest.raises(SystemExit, match="ffi_attention='fast': the modes are"):
+    ffi_gemm_step.variant_spec({'ffi_attention': 'fast'})
+  assert ffi_gemm_step.variant_spec({'ffi_products': 'none', 'norm_impl': 'torch'}) == {
+      ffi_gemm_step._VARIANT_MODE: 'none', 'matmul_impl': 'torch', 'norm_impl': 'torch'}
+
+
 def test_cases_that_are_not_float32_decoders_or_encoders_are_refused(capsys):
   for case in ('nope', 'gpt_6l_bf16', 'seq2seq_small'):
     with pytest.raises(SystemExit):
@@ -91,18 +98,25 @@ def test_the_step_runs_with_the_products_in_xla_openblas_and_none_and_attentions
   monkeypatch.setattr(cases, 'SUITE', cases.QUICK)  # gpt_baby at a tiny size: quick compiles
   # the script swaps tx's functions for its variants: put them back afterwards
   monkeypatch.setattr(tx_matmul, 'torch_matmul', tx_matmul.torch_matmul)
-  monkeypatch.setattr(tx_side, 'compiled_train_step', tx_side.compiled_train_step)
+  compile_step, specs = tx_side.compiled_train_step, []
+  monkeypatch.setattr(tx_side, 'compiled_train_step',
+                      lambda spec: specs.append(spec) or compile_step(spec))
   traced = []
   product = ffi_gemm_step.product
   monkeypatch.setattr(ffi_gemm_step, 'product',
                       lambda *a, mode='openblas', **k: traced.append(mode) or product(
                           *a, mode=mode, **k))
   assert ffi_gemm_step.main(['gpt_baby', '--rounds', '1', '--block', '1', '--warmup', '0',
-                             '--attention']) == 0
+                             '--attention', '--on', '{"steps_per_call": 2}',
+                             '--variant', 'both', '{"ffi_products": "openblas", '
+                             '"ffi_attention": "openblas"}']) == 0
   out = capsys.readouterr().out
   for variant in ('xla', 'openblas', 'no_products', 'openblas_attention',
-                  'no_attention_products', 'xla_again'):
+                  'no_attention_products', 'both', 'xla_again'):
     assert f'\n{variant} ' in '\n' + out
+  assert len(specs) == 7 and all(s['steps_per_call'] == 2 for s in specs)  # --on: every one
+  assert out.index('\nboth ') < out.index('\nxla_again ')  # the A/A control stays last
+  assert specs[5]['matmul_impl'] == 'torch'  # the custom call's products take tx's torch path
   assert "the dense products in the step: XLA's" in out
   assert "attention's batched products in the step: XLA's" in out
   assert set(traced) == {'openblas', 'none'}  # each custom variant traced its own products
