@@ -258,6 +258,30 @@ def product_rates(case: str, reps: int) -> dict[str, dict[str, float]]:
   return out
 
 
+_OWN_VARIANTS = ('xla', 'openblas', 'no_products', 'openblas_attention', 'no_attention_products',
+                 'xla_again')
+
+
+def _parsed_extras(parser, args) -> tuple[dict, list[tuple[str, dict]]]:
+  """(--on's spec keys, [(name, spec keys)] of each --variant), or a one-line parser error."""
+  def obj(flag: str, text: str) -> dict:
+    try:
+      value = json.loads(text)
+    except json.JSONDecodeError as e:
+      parser.error(f'{flag}: not JSON ({e}); give an object such as \'{{"steps_per_call": 4}}\'')
+    if not isinstance(value, dict):
+      parser.error(f'{flag}: {text!r} is not a JSON object; give one such as '
+                   '\'{"steps_per_call": 4}\'')
+    return value
+  names = [name for name, _ in args.variant]
+  for name in names:
+    if name in _OWN_VARIANTS or names.count(name) > 1:
+      parser.error(f'--variant {name}: that name is taken (the script\'s own: '
+                   f'{", ".join(_OWN_VARIANTS)}, or another --variant); pick another')
+  extra = [(name, variant_spec(obj(f'--variant {name}', text))) for name, text in args.variant]
+  return obj('--on', args.on), extra
+
+
 def main(argv=None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument('case', help='a decoder or encoder case of `tx bench` (tx/bench/cases.py)')
@@ -278,6 +302,7 @@ def main(argv=None) -> int:
                       help='one more variant: spec keys, plus "ffi_products" / '
                            '"ffi_attention" (openblas or none)')
   args = parser.parse_args(argv)
+  on, extra = _parsed_extras(parser, args)  # a mistake is refused before the build and timings
   from tx.bench import cases  # pylint: disable=g-import-not-at-top  (after argparse)
   spec = next((c.spec for c in cases.SUITE if c.name == args.case), None)
   if (spec is None or spec.get('family') not in ('decoder', 'encoder')
@@ -306,11 +331,6 @@ def main(argv=None) -> int:
   if args.attention:
     variants[3:3] = [('openblas_attention', {_ATTENTION_MODE: 'openblas'}),
                      ('no_attention_products', {_ATTENTION_MODE: 'none'})]
-  try:
-    on = json.loads(args.on)
-    extra = [(name, variant_spec(json.loads(settings))) for name, settings in args.variant]
-  except json.JSONDecodeError as e:
-    parser.error(f'--on / --variant JSON: {e}')
   variants[-1:-1] = extra
   variants = [(name, dict(on, **settings)) for name, settings in variants]
   times = step_ab.time_variants(args.case, variants, args.rounds, args.warmup, args.block)

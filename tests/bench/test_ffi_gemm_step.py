@@ -85,6 +85,20 @@ def test_a_variants_unknown_custom_call_mode_is_refused_in_one_line():
       ffi_gemm_step._VARIANT_MODE: 'none', 'matmul_impl': 'torch', 'norm_impl': 'torch'}
 
 
+@pytest.mark.parametrize('argv,says', [
+    (['--on', '[4]'], "--on: '[4]' is not a JSON object"),
+    (['--on', '{steps'], '--on: not JSON'),
+    (['--variant', 'xla', '{}'], '--variant xla: that name is taken'),
+    (['--variant', 'a', '{}', '--variant', 'a', '{}'], '--variant a: that name is taken'),
+    (['--variant', 'a', '{"ffi_products": "fast"}'], "ffi_products='fast': the modes are")])
+def test_bad_on_and_variant_arguments_are_refused_before_anything_is_built(
+    argv, says, monkeypatch, capsys):
+  monkeypatch.setattr(ffi_gemm_step, 'register', lambda: pytest.fail('built before the check'))
+  with pytest.raises(SystemExit) as raised:
+    ffi_gemm_step.main(['gpt_baby', *argv])
+  assert says in capsys.readouterr().err + str(raised.value.code)
+
+
 def test_cases_that_are_not_float32_decoders_or_encoders_are_refused(capsys):
   for case in ('nope', 'gpt_6l_bf16', 'seq2seq_small'):
     with pytest.raises(SystemExit):
