@@ -7,6 +7,9 @@
 //         XLA's intra-op pool, each part one-threaded in OpenBLAS: OpenBLAS's own threads
 //         would spin beside XLA's and slow the rest of the step.
 // mode 1: nothing: C keeps whatever its buffer held. The step's time without its products.
+// mode 2: MKL's sgemm as PyTorch's CPU wheel carries it (libtorch_cpu's Fortran `sgemm`, set by
+//         tx_ffi_gemm_set_mkl), one call on its own OpenMP threads, as torch.mm runs it.
+// mode 3: the same MKL, split over XLA's pool like mode 0, each part one-threaded.
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
@@ -28,6 +31,23 @@ using SetThreadsLocal = int (*)(int threads);
 constexpr int kRowMajor = 101, kNoTrans = 111, kTrans = 112;
 Sgemm sgemm = nullptr;
 SetThreadsLocal set_threads_local = nullptr;
+// Fortran sgemm of MKL's LP64 interface (column-major, 32-bit integers, arguments by pointer)
+using FortranSgemm = void (*)(const char* trans_a, const char* trans_b, const int* m,
+                              const int* n, const int* k, const float* alpha, const float* a,
+                              const int* lda, const float* b, const int* ldb, const float* beta,
+                              float* c, const int* ldc);
+FortranSgemm mkl_sgemm = nullptr;
+SetThreadsLocal mkl_threads_local = nullptr;
+
+// Row-major C [m, n] = op(A) · op(B) through a column-major GEMM: Cᵀ = op(B)ᵀ · op(A)ᵀ, the
+// operands swapped and each flag kept.
+void MklRowMajor(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* a,
+                 int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc) {
+  const char ta = trans_a ? 'T' : 'N', tb = trans_b ? 'T' : 'N';
+  const int im = m, in = n, ik = k, ilda = lda, ildb = ldb, ildc = ldc;
+  const float one = 1.0f, zero = 0.0f;
+  mkl_sgemm(&tb, &ta, &in, &im, &ik, &one, b, &ildb, a, &ilda, &zero, c, &ildc);
+}
 
 // One 2-D product's operands, row-major: a [rows, cols] holds op(A) [m, k], b op(B) [k, n].
 struct Operands {
@@ -59,21 +79,27 @@ void RunParts(ffi::ThreadPool& pool, std::shared_ptr<Parts> p) {
 }
 
 struct Product : Operands {
-  bool split_rows;
+  bool split_rows, mkl = false;
 
   void Run(int64_t i) {
     int64_t lo = i * part, hi = std::min(split_rows ? m : n, lo + part);
     const float* a0 = split_rows ? (trans_a ? a + lo : a + lo * lda) : a;
     const float* b0 = split_rows ? b : (trans_b ? b + lo * ldb : b + lo);
-    sgemm(kRowMajor, trans_a ? kTrans : kNoTrans, trans_b ? kTrans : kNoTrans,
-          split_rows ? hi - lo : m, split_rows ? n : hi - lo, k, 1.0f, a0, lda, b0, ldb, 0.0f,
-          split_rows ? c + lo * n : c + lo, n);
+    int64_t rows = split_rows ? hi - lo : m, cols = split_rows ? n : hi - lo;
+    float* c0 = split_rows ? c + lo * n : c + lo;
+    if (mkl) {
+      MklRowMajor(trans_a, trans_b, rows, cols, k, a0, lda, b0, ldb, c0, n);
+    } else {
+      sgemm(kRowMajor, trans_a ? kTrans : kNoTrans, trans_b ? kTrans : kNoTrans, rows, cols, k,
+            1.0f, a0, lda, b0, ldb, 0.0f, c0, n);
+    }
   }
 
   // Claims parts until none are left: a pool task that starts late finds nothing to do,
   // so the caller never waits on a part that no thread has begun.
   void Work() {
-    if (set_threads_local != nullptr) set_threads_local(1);
+    SetThreadsLocal one_thread = mkl ? mkl_threads_local : set_threads_local;
+    if (one_thread != nullptr) one_thread(1);
     for (int64_t i; (i = next.fetch_add(1)) < parts;) {
       Run(i);
       done.fetch_add(1);
@@ -84,11 +110,20 @@ struct Product : Operands {
 ffi::Error Gemm(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> a, ffi::Buffer<ffi::F32> b,
                 ffi::ResultBuffer<ffi::F32> c, bool trans_a, bool trans_b, int32_t mode) {
   if (mode == 1) return ffi::Error::Success();
-  if (sgemm == nullptr) return ffi::Error::InvalidArgument("tx_ffi_gemm: no sgemm was set");
+  bool mkl = mode == 2 || mode == 3;
+  if (mkl ? mkl_sgemm == nullptr : sgemm == nullptr) {
+    return ffi::Error::InvalidArgument("tx_ffi_gemm: no sgemm was set for this mode");
+  }
   auto da = a.dimensions(), db = b.dimensions();
   auto p = std::make_shared<Product>();
   p->Set(a.typed_data(), da[0], da[1], b.typed_data(), db[0], db[1], c->typed_data(), trans_a,
          trans_b);
+  p->mkl = mkl;
+  if (mode == 2) {  // one call, MKL's own threads (its default: OMP_NUM_THREADS)
+    if (mkl_threads_local != nullptr) mkl_threads_local(0);
+    MklRowMajor(trans_a, trans_b, p->m, p->n, p->k, p->a, p->lda, p->b, p->ldb, p->c, p->n);
+    return ffi::Error::Success();
+  }
   p->split_rows = p->m >= p->n;
   int64_t extent = p->split_rows ? p->m : p->n;
   // one part per thread, but none under ~1 MFLOP, in multiples of 16 rows / columns
@@ -125,6 +160,7 @@ using Items = ffi::Buffer<ffi::F32, 3>;
 ffi::Error BatchedGemm(ffi::ThreadPool pool, Items a, Items b, ffi::Result<Items> c,
                        bool trans_a, bool trans_b, int32_t mode) {
   if (mode == 1) return ffi::Error::Success();
+  if (mode != 0) return ffi::Error::InvalidArgument("tx_ffi_batched_gemm: modes 0 and 1 only");
   if (sgemm == nullptr) return ffi::Error::InvalidArgument("tx_ffi_gemm: no sgemm was set");
   auto da = a.dimensions(), db = b.dimensions();
   auto p = std::make_shared<Batch>();
@@ -145,6 +181,11 @@ ffi::Error BatchedGemm(ffi::ThreadPool pool, Items a, Items b, ffi::Result<Items
 extern "C" void tx_ffi_gemm_set_sgemm(void* cblas_sgemm, void* set_num_threads_local) {
   sgemm = reinterpret_cast<Sgemm>(cblas_sgemm);
   set_threads_local = reinterpret_cast<SetThreadsLocal>(set_num_threads_local);
+}
+
+extern "C" void tx_ffi_gemm_set_mkl(void* fortran_sgemm, void* set_num_threads_local) {
+  mkl_sgemm = reinterpret_cast<FortranSgemm>(fortran_sgemm);
+  mkl_threads_local = reinterpret_cast<SetThreadsLocal>(set_num_threads_local);
 }
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(TxFfiGemm, Gemm,

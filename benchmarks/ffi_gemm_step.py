@@ -31,7 +31,9 @@ calls, and the step's products at each one's rates.
 `--on JSON` sets spec keys in every variant (the tuned setting's, e.g. '{"steps_per_call": 4}'),
 and `--variant NAME JSON` (repeatable) times more variants beside these, before the A/A
 control: any spec keys, plus "ffi_products" and "ffi_attention" ('openblas' or 'none') for
-the custom call's dense and batched products. So the custom call can be held against a
+the custom call's dense and batched products ("ffi_products" also 'mkl': MKL's sgemm from
+PyTorch's wheel, one call on its own threads as torch.mm runs it; 'mkl_split': split over
+XLA's pool like 'openblas'). So the custom call can be held against a
 host's tuned kernels in one process, e.g. torch's attention and GEMM:
 
   --on '{"steps_per_call": 4}' --variant tuned '{"attention_impl": "torch", "matmul_impl":
@@ -56,7 +58,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 SOURCE = HERE / 'ffi_gemm.cc'
 TARGET, BATCHED_TARGET = 'tx_ffi_gemm', 'tx_ffi_batched_gemm'
-MODES = {'openblas': 0, 'none': 1}  # benchmarks/ffi_gemm.cc's `mode` attribute
+# benchmarks/ffi_gemm.cc's `mode` attribute; the MKL modes are the dense products' alone
+MODES = {'openblas': 0, 'none': 1, 'mkl': 2, 'mkl_split': 3}
+ATTENTION_MODES = ('openblas', 'none')
 # private spec keys, taken out before tx_side sees them: the dense / attention products' mode
 _VARIANT_MODE, _ATTENTION_MODE = '_ffi_gemm_mode', '_ffi_attention_mode'
 _state = {'mode': None, 'registered': False}
@@ -108,13 +112,33 @@ def openblas_symbols() -> tuple[int, int]:
                    'this check needs the numpy wheel from PyPI')
 
 
+def mkl_symbols() -> tuple[int, int] | None:
+  """Addresses of MKL's Fortran sgemm (LP64) and MKL_Set_Num_Threads_Local as PyTorch's CPU
+  wheel exports them from libtorch_cpu, or None where torch or the symbols are missing."""
+  try:
+    import torch  # pylint: disable=g-import-not-at-top
+  except ImportError:
+    return None
+  lib = ctypes.CDLL(os.path.join(os.path.dirname(torch.__file__), 'lib', 'libtorch_cpu.so'))
+  # the wheel's lower-case mkl_set_num_threads_local is the Fortran one (an int*): the C
+  # function is MKL_Set_Num_Threads_Local
+  if not (hasattr(lib, 'sgemm') and hasattr(lib, 'MKL_Set_Num_Threads_Local')):
+    return None
+  return (ctypes.cast(lib.sgemm, ctypes.c_void_p).value,
+          ctypes.cast(lib.MKL_Set_Num_Threads_Local, ctypes.c_void_p).value)
+
+
 def register() -> None:
-  """Builds and loads the handler, hands it OpenBLAS's functions and registers it with XLA."""
+  """Builds and loads the handler, hands it OpenBLAS's functions (and MKL's, where torch's
+  wheel carries them) and registers it with XLA."""
   if _state['registered']:
     return
   import jax  # pylint: disable=g-import-not-at-top
   lib = ctypes.CDLL(str(build()))
   lib.tx_ffi_gemm_set_sgemm(*(ctypes.c_void_p(a) for a in openblas_symbols()))
+  mkl = mkl_symbols()
+  if mkl is not None:
+    lib.tx_ffi_gemm_set_mkl(*(ctypes.c_void_p(a) for a in mkl))
   jax.ffi.register_ffi_target(TARGET, jax.ffi.pycapsule(lib.TxFfiGemm), platform='cpu')
   jax.ffi.register_ffi_target(BATCHED_TARGET, jax.ffi.pycapsule(lib.TxFfiBatchedGemm),
                               platform='cpu')
@@ -195,8 +219,9 @@ def variant_spec(settings: dict) -> dict:
     mode = spec.pop(key, None)
     if mode is None:
       continue
-    if mode not in MODES:
-      raise SystemExit(f'--variant {key}={mode!r}: the modes are {sorted(MODES)}')
+    modes = MODES if key == 'ffi_products' else ATTENTION_MODES
+    if mode not in modes:
+      raise SystemExit(f'--variant {key}={mode!r}: the modes are {sorted(modes)}')
     spec[private] = mode
     if key == 'ffi_products':
       spec['matmul_impl'] = 'torch'
@@ -299,8 +324,8 @@ def main(argv=None) -> int:
                       help='spec keys set in every variant (e.g. the tuned steps_per_call)')
   parser.add_argument('--variant', nargs=2, action='append', default=[],
                       metavar=('NAME', 'JSON'),
-                      help='one more variant: spec keys, plus "ffi_products" / '
-                           '"ffi_attention" (openblas or none)')
+                      help='one more variant: spec keys, plus "ffi_products" (openblas, '
+                           'mkl, mkl_split or none) / "ffi_attention" (openblas or none)')
   args = parser.parse_args(argv)
   on, extra = _parsed_extras(parser, args)  # a mistake is refused before the build and timings
   from tx.bench import cases  # pylint: disable=g-import-not-at-top  (after argparse)

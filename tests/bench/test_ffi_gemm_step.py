@@ -43,15 +43,21 @@ def test_the_handler_is_built_once_into_the_cache(registered, monkeypatch):
 
 
 @needs_compiler
+@pytest.mark.parametrize('mode', ['openblas', 'mkl', 'mkl_split'])
 @pytest.mark.parametrize('transpose_a,transpose_b', [(False, False), (True, False),
                                                      (False, True), (True, True)])
-def test_products_equal_numpys_in_every_layout(registered, transpose_a, transpose_b):
+def test_products_equal_numpys_in_every_layout(registered, transpose_a, transpose_b, mode):
+  """OpenBLAS, and MKL as PyTorch's wheel carries it (row-major through its column-major
+  Fortran sgemm), in one call or split over XLA's threads."""
+  if mode != 'openblas':
+    pytest.importorskip('torch')
   # 300 rows x 200 columns x 128: ~15 MFLOP, split over XLA's threads where there are two
   rng = np.random.default_rng(0)
   a = rng.standard_normal((300, 128), dtype=np.float32)
   b = rng.standard_normal((128, 200), dtype=np.float32)
   a_in, b_in = (a.T.copy() if transpose_a else a), (b.T.copy() if transpose_b else b)
-  got = jax.jit(lambda x, y: ffi_gemm_step.product(x, y, transpose_a, transpose_b))(a_in, b_in)
+  got = jax.jit(lambda x, y: ffi_gemm_step.product(x, y, transpose_a, transpose_b, mode))(
+      a_in, b_in)
   assert got.shape == (300, 200)
   np.testing.assert_allclose(np.asarray(got), a @ b, rtol=1e-4, atol=1e-3)
 
@@ -81,6 +87,8 @@ def test_a_missing_compiler_is_named_in_one_line(tmp_path, monkeypatch):
 def test_a_variants_unknown_custom_call_mode_is_refused_in_one_line():
   with pytest.raises(SystemExit, match="ffi_attention='fast': the modes are"):
     ffi_gemm_step.variant_spec({'ffi_attention': 'fast'})
+  with pytest.raises(SystemExit, match="ffi_attention='mkl': the modes are"):
+    ffi_gemm_step.variant_spec({'ffi_attention': 'mkl'})  # the dense products' alone
   assert ffi_gemm_step.variant_spec({'ffi_products': 'none', 'norm_impl': 'torch'}) == {
       ffi_gemm_step._VARIANT_MODE: 'none', 'matmul_impl': 'torch', 'norm_impl': 'torch'}
 
