@@ -58,6 +58,26 @@ def test_bf16_activations_are_normalised_in_float32_and_returned_in_bf16():
   np.testing.assert_allclose(np.asarray(y_torch, np.float32), np.asarray(y_xla, np.float32),
                              rtol=1e-2, atol=1e-2)
   assert g_torch[1].dtype == jnp.bfloat16
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(
+      np.asarray(a, np.float32), np.asarray(b, np.float32), rtol=2e-2, atol=2e-2),
+               g_torch, g_xla)
+
+
+def test_bf16_rows_reach_torchs_kernels_in_bf16():
+  """No float32 copy of bf16 activations on either side of the callbacks: the forward's
+  operand and output and the backward's x, g and dx are bf16, the statistics and the scale's
+  and bias's gradients float32."""
+  x, s = _x((8, 16), jnp.bfloat16), jnp.ones(16)
+  f = lambda x, s, b: jnp.sum(torch_norm.torch_layer_norm(x, s, b, 1e-6).astype(jnp.float32))
+  y = torch_norm.torch_layer_norm(x, s, jnp.zeros(16), 1e-6)
+  assert y.dtype == jnp.bfloat16
+  grads = jax.grad(f, argnums=(0, 1, 2))(x, s, jnp.zeros(16))
+  assert [g.dtype for g in grads] == [jnp.bfloat16, jnp.float32, jnp.float32]
+  jaxpr = jax.make_jaxpr(jax.grad(f, argnums=(0, 1, 2)))(x, s, jnp.zeros(16))
+  calls = [e for e in jaxpr.eqns if 'callback' in str(e.primitive)]
+  assert len(calls) == 2 and all(v.aval.dtype == jnp.bfloat16 for v in calls[0].invars[:1])
+  assert [v.aval.dtype for v in calls[1].invars[:2]] == [jnp.bfloat16, jnp.bfloat16]
+  assert calls[1].outvars[0].aval.dtype == jnp.bfloat16
 
 
 def test_the_kernels_run_in_callbacks():
@@ -70,8 +90,10 @@ def test_the_kernels_run_in_callbacks():
 def test_bad_operands_and_a_missing_torch_are_one_line_errors(missing_torch_is_a_one_line_error):
   from tx.config.base import ConfigError  # pylint: disable=import-outside-toplevel
   x, s = _x((8, 16)), jnp.ones(16)
-  with pytest.raises(ValueError, match="norm_impl='torch' takes float32"):
-    torch_norm.torch_layer_norm(x.astype(jnp.bfloat16), s, s, 1e-6)
+  with pytest.raises(ValueError, match="norm_impl='torch' takes float32 or bfloat16"):
+    torch_norm.torch_layer_norm(x.astype(jnp.float16), s, s, 1e-6)
+  with pytest.raises(ValueError, match='a float32 scale and bias'):
+    torch_norm.torch_layer_norm(x, s.astype(jnp.bfloat16), s, 1e-6)
   with pytest.raises(ConfigError, match="impl: 'torch'.*takes kind=layernorm"):
     NormConfig(kind='rmsnorm', impl='torch')
   missing_torch_is_a_one_line_error(lambda: torch_norm.torch_layer_norm(x, s, s, 1e-6))

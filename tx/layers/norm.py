@@ -57,7 +57,9 @@ class Norm(nn.Module):
     x32 = x.astype(jnp.float32)
     if cfg.impl == 'torch' and torch_norm.on_this_backend():
       bias = jnp.zeros((d,), jnp.float32) if bias is None else bias
-      y = torch_norm.torch_layer_norm(x32.reshape(-1, d), scale, bias, cfg.eps)
+      # bf16 in and out: torch's kernel reads and writes bf16 itself (float32 inside)
+      rows = x if x.dtype == jnp.bfloat16 == dtype(cfg.dtype) else x32
+      y = torch_norm.torch_layer_norm(rows.reshape(-1, d), scale, bias, cfg.eps)
       return y.reshape(x.shape).astype(dtype(cfg.dtype))
     if cfg.kind == 'layernorm':
       x32 = x32 - jnp.mean(x32, axis=-1, keepdims=True)

@@ -38,15 +38,17 @@ def on_this_backend() -> bool:
 
 
 def torch_layer_norm(x_ND, scale_D, bias_D, eps: float):
-  """y [N, D] float32: (x - mean) / sqrt(var + eps) * scale + bias over D, in torch.
+  """y [N, D] in x's dtype: (x - mean) / sqrt(var + eps) * scale + bias over D, in torch.
 
-  x, scale and bias float32 (tx's norms compute in float32 whatever the model's dtype).
-  Gradients for x, scale and bias, also torch's.
+  x float32 or bfloat16, scale and bias float32: torch normalises bf16 rows in float32 and
+  rounds y to bf16 once, as tx's XLA norm does, so a bf16 model's norms read and write bf16
+  without a float32 copy of the activations on either side (half the bytes a pass).
+  Gradients for x (in x's dtype), scale and bias (float32), also torch's.
   """
-  arrays = (x_ND, scale_D, bias_D)
-  if any(a.dtype != _F32 for a in arrays):
-    raise ValueError("norm_impl='torch' takes float32 operands, got "
-                     f'{[str(a.dtype) for a in arrays]}')
+  if (x_ND.dtype not in (_F32, jnp.bfloat16) or scale_D.dtype != _F32
+      or bias_D.dtype != _F32):
+    raise ValueError("norm_impl='torch' takes float32 or bfloat16 activations and a float32 "
+                     f'scale and bias, got {[str(a.dtype) for a in (x_ND, scale_D, bias_D)]}')
   torch_module()  # a missing torch is a config error at trace time, not a failed callback
   return _layer_norm(x_ND, scale_D, bias_D, float(eps))
 
@@ -90,7 +92,7 @@ def _layer_norm_call(x, scale, bias, eps):
   host = functools.partial(_layer_norm_into, eps=eps)
 
   def call(x, scale, bias):  # on each device's rows under a mesh: the shapes are its own
-    shapes = (jax.ShapeDtypeStruct(x.shape, _F32), _row_stats(x.shape[0]),
+    shapes = (jax.ShapeDtypeStruct(x.shape, x.dtype), _row_stats(x.shape[0]),
               _row_stats(x.shape[0]))
     return _call(host, shapes, x, scale, bias)
 
@@ -111,7 +113,7 @@ def _layer_norm_bwd(unused_eps, residuals, g):
   x, mean, rstd, scale, bias = residuals
 
   def call(g, x, mean, rstd, scale, bias):
-    shapes = tuple(jax.ShapeDtypeStruct(a.shape, _F32) for a in (x, scale, bias))
+    shapes = tuple(jax.ShapeDtypeStruct(a.shape, a.dtype) for a in (x, scale, bias))
     return _call(_layer_norm_grads_into, shapes, g, x, mean, rstd, scale, bias)
 
   return per_device(call, (g, x, mean, rstd), (scale, bias), 1, 2)
