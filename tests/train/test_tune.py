@@ -329,6 +329,26 @@ def test_near_ties_get_a_runoff_and_the_rule_decides_on_all_their_rounds(tmp_pat
   assert len(order) == 8 and entry['runoff'] == [] and entry['choice'] == 'a'
 
 
+def test_a_contender_with_one_slow_round_gets_the_runoff(tmp_path, monkeypatch):
+  """'b' beat the defaults in both rounds but one of its rounds was slow, so its median (a
+  mean of two) is outside the margin of 'a''s while its fastest round is ahead of a's: a
+  near tie, timed again; on all four rounds 'b' is the faster."""
+  times = {'default': [1.0, 1.0], 'a': [0.90, 0.90, 0.90, 0.90], 'b': [0.86, 0.99, 0.85, 0.85]}
+  flags = {'a': '--a=1', 'b': '--b=1'}
+  order = _scripted_timings(monkeypatch, times, flags)
+  entry = tune.tune(_cfg(), candidates={'default': '', **flags}, rounds=2, margin=0.02,
+                    env={'TX_CACHE_DIR': str(tmp_path)}, say=lambda line: None)
+  assert sorted(order[6:]) == ['a', 'a', 'b', 'b']
+  assert entry['runoff'] == ['a', 'b'] and entry['choice'] == 'b'
+  # by the medians alone 'a' would have stayed: a near tie on neither statistic gets none
+  assert tune.choose({'default': 1.0, 'a': 0.90, 'b': 0.925}, 0.02) == 'a'
+  order.clear()
+  times.update(b=[0.93, 0.99])
+  entry = tune.tune(_cfg(), candidates={'default': '', **flags}, rounds=2, margin=0.02,
+                    env={'TX_CACHE_DIR': str(tmp_path)}, force=True, say=lambda line: None)
+  assert len(order) == 6 and entry['runoff'] == [] and entry['choice'] == 'a'
+
+
 def test_processes_of_one_host_measure_once(tmp_path, monkeypatch):
   """Two callers at once (as the processes of a `tx train --tune` job on one host): the
   second waits for the first's measurement and reads its entry instead of timing again."""

@@ -23,8 +23,9 @@ faster than them in every round; else the defaults. A setting's PER_CALL twin is
 the same rule against the defaults' own twin as well (`baselines`): its gain over that twin
 is the setting's, not the calls'. So a candidate that was slower than one of its baselines
 in a round is not timed in the rounds after it: it cannot be chosen. Where several
-candidates qualify within `margin` of the fastest, those alone get `rounds` more rounds (a
-runoff), and the same rule on all their rounds picks one. The choice is cached as one JSON
+candidates qualify within `margin` of the fastest (by the median or by the fastest round),
+those alone get `rounds` more rounds (a runoff), and the same rule on all their rounds picks
+one. The choice is cached as one JSON
 file per (CPU model and ISA, CPU count, jax and jaxlib versions, step signature) under
 $TX_CACHE_DIR/tune (default $XDG_CACHE_HOME/tx/tune or ~/.cache/tx/tune), so another host
 kind, another jax or another model shape is measured afresh. An entry measured before a
@@ -562,8 +563,7 @@ def _measure(cfg, host, path, candidates, steps, warmup, rounds, margin, threads
   if not timings:
     raise ConfigError(f'tx tune: every candidate failed: {failed}')
   choice = choose(timings, margin, runs)
-  runoff = [n for n in winners(timings, margin, runs)
-            if timings[n] <= timings[choice] * (1 + margin)]
+  runoff = [n for n in winners(timings, margin, runs) if _near(n, choice, timings, runs, margin)]
   if len(runoff) > 1:  # a near tie: more rounds for those only, then the rule on all rounds
     say(f'tx tune: {", ".join(runoff)} within {margin:.0%} of each other; '
         f'{rounds} more round(s) of those')
@@ -594,6 +594,15 @@ def _measure(cfg, host, path, candidates, steps, warmup, rounds, margin, threads
   gain = f', {base / timings[choice]:.2f}x the defaults' if base else ''
   say(f'tx tune: chose {choice!r}{gain}; cached in {path}')
   return entry
+
+
+def _near(name: str, choice: str, timings: dict, runs: dict, margin: float) -> bool:
+  """Whether `name` is a near tie of `choice`: within `margin` of it by the median or by the
+  fastest round. With two rounds a median is a mean, and one slow round (the machine's, as
+  often as the setting's) can put the faster setting outside the margin (NOTES attempt 113)."""
+  fastest = lambda n: min(runs.get(n) or [timings[n]])
+  return (timings[name] <= timings[choice] * (1 + margin)
+          or fastest(name) <= fastest(choice) * (1 + margin))
 
 
 def _rotated(names: list[str], r: int) -> list[str]:
