@@ -53,6 +53,12 @@ def test_report_ratios_mfu_and_targets():
   assert 'MISSED' in text and 'broken' in text and 'FAILED: boom' in text
 
 
+def test_a_value_that_missed_its_bound_never_prints_as_the_bound():
+  assert report._target_value(0.347, 0.35) == '0.347'
+  assert report._target_value(0.3499, 0.35) == '0.3499'
+  assert report._target_value(1.33, 1.0) == '1.33' and report._target_value(1.0, 1.0) == '1.00'
+
+
 def test_the_own_ceiling_row_names_the_gemm_it_was_timed_on():
   """XLA's dot and torch's mm differ by up to 40 % on one host (NOTES attempt 89), so the
   row says which one an MFU was divided by; a result without the key timed XLA's."""

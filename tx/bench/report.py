@@ -361,6 +361,15 @@ def rounds_lines(doc: dict) -> list[str]:
   return lines
 
 
+def _target_value(value: float, bound: float) -> str:
+  """A target's value to two decimals (a ratio: 1.00, not 1), or to as many more as it takes
+  not to print a value that missed its bound as the bound itself (0.347 against 0.35)."""
+  digits = 2
+  while digits < 6 and value != bound and f'{value:.{digits}f}' == f'{bound:.{digits}f}':
+    digits += 1
+  return f'{value:.{digits}f}'
+
+
 def _interval(interval: list[float], bound: float | None = None) -> str:
   """'0.95x (95 % interval 0.91-0.99x)' from [geometric mean, low, high], with where the
   interval lies against `bound` when given (', all below 1.0')."""
@@ -598,7 +607,7 @@ def table(doc: dict) -> str:
     held = f', held in {t["rounds_met"]} of {t["rounds"]} rounds' if t.get('rounds') else ''
     if t.get('interval'):
       held += f'; geometric mean {_interval(t["interval"], t["bound"])}'
-    value = '-' if t['value'] is None else f'{t["value"]:.2f}'  # a ratio: 1.00, not 1
+    value = '-' if t['value'] is None else _target_value(t['value'], t['bound'])
     lines.append(f'  {status:<12} {t["target"]}: {value} ({sign} {t["bound"]}'
                  f'{held})' + (f' [{t["note"]}]' if t.get('note') else ''))
   return '\n'.join(lines)
