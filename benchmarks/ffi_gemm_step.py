@@ -222,6 +222,9 @@ def variant_spec(settings: dict) -> dict:
     modes = MODES if key == 'ffi_products' else ATTENTION_MODES
     if mode not in modes:
       raise SystemExit(f'--variant {key}={mode!r}: the modes are {sorted(modes)}')
+    if mode.startswith('mkl') and mkl_symbols() is None:
+      raise SystemExit(f"--variant {key}={mode!r}: no MKL found (it comes with PyTorch's CPU "
+                       "wheel: pip install -e '.[interop]'); use 'openblas'")
     spec[private] = mode
     if key == 'ffi_products':
       spec['matmul_impl'] = 'torch'

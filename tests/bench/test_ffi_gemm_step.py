@@ -89,6 +89,10 @@ def test_a_variants_unknown_custom_call_mode_is_refused_in_one_line():
     ffi_gemm_step.variant_spec({'ffi_attention': 'fast'})
   with pytest.raises(SystemExit, match="ffi_attention='mkl': the modes are"):
     ffi_gemm_step.variant_spec({'ffi_attention': 'mkl'})  # the dense products' alone
+  with pytest.MonkeyPatch.context() as mp:  # no torch wheel, so no MKL: said before any build
+    mp.setattr(ffi_gemm_step, 'mkl_symbols', lambda: None)
+    with pytest.raises(SystemExit, match="ffi_products='mkl': no MKL found"):
+      ffi_gemm_step.variant_spec({'ffi_products': 'mkl'})
   assert ffi_gemm_step.variant_spec({'ffi_products': 'none', 'norm_impl': 'torch'}) == {
       ffi_gemm_step._VARIANT_MODE: 'none', 'matmul_impl': 'torch', 'norm_impl': 'torch'}
 
