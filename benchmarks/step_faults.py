@@ -2,6 +2,7 @@
 
   python benchmarks/step_faults.py [CASE] [--calls 6] [--rounds 2] [--per-call K]
   python benchmarks/step_faults.py gpt_6l --variants '' glibc.malloc.arena_max=1
+  python benchmarks/step_faults.py gpt_6l_bf16 --set '{"matmul_impl": "torch"}' --per-call 4
 
 XLA:CPU allocates a training call's scratch buffer (`memory_analysis().temp_size_in_bytes`)
 at every call. With tx's glibc tunables (tx/malloc_tuning.py) a buffer that glibc serves from
@@ -13,7 +14,8 @@ training call (as `tx tune` times it) `--calls` times in a fresh process per var
 minor page faults, system time, resident memory after the call and the process's peak. A
 variant is tx's tunables with some keys set otherwise, and environment variables set ('' =
 tx's own; default: tx's, and the trim threshold at 4 GiB). `--per-call K` runs K steps a
-call (train.steps_per_call, as a tune's `_4_per_call` twin does). The first call
+call (train.steps_per_call, as a tune's `_4_per_call` twin does); `--set JSON` changes the
+case's spec keys (tx/bench/tx_side.py), e.g. a tune's kernels. The first call
 (compilation's warmup) is not in the medians.
 """
 
@@ -32,7 +34,7 @@ MARK = 'STEP_FAULTS '
 TX_OWN = "tx's tunables"
 
 
-def _worker(case: str, calls: int, per_call: int | None) -> None:
+def _worker(case: str, calls: int, per_call: int | None, spec_set: str) -> None:
   import jax  # pylint: disable=g-import-not-at-top
   from tx.bench.cases import SUITE  # pylint: disable=g-import-not-at-top
   from tx.bench.tuned import step_config  # pylint: disable=g-import-not-at-top
@@ -42,6 +44,7 @@ def _worker(case: str, calls: int, per_call: int | None) -> None:
   if spec is None:
     raise SystemExit(f'unknown case {case!r}: pick one of '
                      + ', '.join(c.name for c in SUITE if 'train' in c.kinds))
+  spec = dict(spec, **json.loads(spec_set))
   cfg = tune.one_device_config(step_config(spec))
   train = {'steps_per_call': per_call} if per_call else {}
   compiled, state, batch, cfg, _ = tune_step.compiled_step({'config': to_dict(cfg),
@@ -82,13 +85,14 @@ def variant_env(variant: str) -> dict[str, str]:
   return env
 
 
-def _run(case: str, calls: int, variant: str, threads: int, per_call: int | None) -> dict:
+def _run(case: str, calls: int, variant: str, threads: int, per_call: int | None,
+         spec_set: str) -> dict:
   env = dict(os.environ, TX_MALLOC_TUNING='0', JAX_PLATFORMS='cpu', OMP_NUM_THREADS=str(threads),
              MKL_NUM_THREADS=str(threads), TX_TUNE='0')
   env.update(variant_env(variant))
   per_call_args = ['--per-call', str(per_call)] if per_call else []
   proc = subprocess.run([sys.executable, __file__, case, '--worker', '--calls', str(calls),
-                         *per_call_args], env=env, capture_output=True, text=True, check=False)
+                         '--set', spec_set, *per_call_args], env=env, capture_output=True, text=True, check=False)
   lines = [l for l in proc.stdout.splitlines() if l.startswith(MARK)]
   if proc.returncode or not lines:
     raise SystemExit(f'{case} with {variant!r} failed: {proc.stderr.strip()[-1500:]}')
@@ -107,15 +111,22 @@ def main() -> None:
                       default=['', f'glibc.malloc.trim_threshold={4 << 30}'],
                       help="tunables set on top of tx's, e.g. glibc.malloc.arena_max=1, and "
                            "environment variables, e.g. OMP_WAIT_POLICY=PASSIVE ('' = tx's)")
+  parser.add_argument('--set', default='{}', metavar='JSON',
+                      help='spec keys set on the case, e.g. \'{"attention_impl": "torch"}\'')
   parser.add_argument('--worker', action='store_true', help=argparse.SUPPRESS)
   args = parser.parse_args()
+  try:
+    if not isinstance(json.loads(args.set), dict):
+      raise ValueError('not an object')
+  except ValueError as e:
+    raise SystemExit(f'--set {args.set!r}: not a JSON object of spec keys ({e})') from None
   if args.worker:
-    _worker(args.case, args.calls, args.per_call)
+    _worker(args.case, args.calls, args.per_call, args.set)
     return
   medians: dict[str, list[float]] = {v: [] for v in args.variants}
   for r in range(args.rounds):  # every other round in reverse: no variant always runs first
     for variant in args.variants[::-1] if r % 2 else args.variants:
-      result = _run(args.case, args.calls, variant, args.threads, args.per_call)
+      result = _run(args.case, args.calls, variant, args.threads, args.per_call, args.set)
       steady = result['calls'][1:]
       median = statistics.median(c['step_s'] for c in steady)
       medians[variant].append(median)
