@@ -56,23 +56,24 @@ def test_reexec_keeps_the_pid_and_sets_the_tunables():
 
 # Mallocs and fills SIZE bytes 20 times from a worker thread (as XLA:CPU allocates its
 # per-step buffer; numpy is not used because it asks for huge pages itself) and prints
-# the minor page faults that took.
+# the minor page faults that took. KEEP bytes allocated first stay in use throughout.
 _FAULTS = ('import ctypes, resource, sys, threading\n'
-           'size = int(sys.argv[1])\n'
+           'size, keep = int(sys.argv[1]), int(sys.argv[2])\n'
            'libc = ctypes.CDLL(None)\n'
            'libc.malloc.restype = ctypes.c_void_p\n'
            'libc.malloc.argtypes = [ctypes.c_size_t]\n'
            'libc.free.argtypes = [ctypes.c_void_p]\n'
            'def work():\n'
+           '  if keep: ctypes.memset(libc.malloc(keep), 1, keep)\n'
+           '  r0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt\n'
            '  for _ in range(20):\n'
            '    p = libc.malloc(size); ctypes.memset(p, 1, size); libc.free(p)\n'
-           'r0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt\n'
-           't = threading.Thread(target=work); t.start(); t.join()\n'
-           'print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - r0)')
+           '  print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - r0)\n'
+           't = threading.Thread(target=work); t.start(); t.join()')
 
 
-def _faults(env, size):
-  return int(subprocess.run([sys.executable, '-c', _FAULTS, str(size)], env=env,
+def _faults(env, size, keep=0):
+  return int(subprocess.run([sys.executable, '-c', _FAULTS, str(size), str(keep)], env=env,
                             capture_output=True, text=True, check=True).stdout)
 
 
@@ -90,3 +91,16 @@ def test_the_tunables_cut_page_faults_of_per_step_buffers():
   if thp.exists() and '[madvise]' in thp.read_text():  # huge pages on request only
     plain, tuned = _faults(base, 128 << 20), _faults(malloc_tuning.tuned_env(base), 128 << 20)
     assert tuned < plain / 10, (plain, tuned)
+
+
+@needs_glibc
+def test_a_threads_extra_heap_is_kept_between_calls():
+  """With 30 MB of a worker thread's first 64 MiB heap in use, a 40 MB buffer (torch's
+  outputs in a callback) takes an extra heap: glibc unmaps it at every free unless top_pad
+  is at least a heap's size, and the next call faults it in again."""
+  base = _clean_env()
+  without = dict(base, GLIBC_TUNABLES=':'.join(
+      t for t in TUNABLES.split(':') if not t.startswith('glibc.malloc.top_pad=')))
+  plain, tuned = (_faults(env, 40 << 20, keep=30 << 20)
+                  for env in (without, malloc_tuning.tuned_env(base)))
+  assert tuned < plain / 5, (plain, tuned)
