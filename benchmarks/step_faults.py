@@ -92,7 +92,8 @@ def _run(case: str, calls: int, variant: str, threads: int, per_call: int | None
   env.update(variant_env(variant))
   per_call_args = ['--per-call', str(per_call)] if per_call else []
   proc = subprocess.run([sys.executable, __file__, case, '--worker', '--calls', str(calls),
-                         '--set', spec_set, *per_call_args], env=env, capture_output=True, text=True, check=False)
+                         '--set', spec_set, *per_call_args],
+                        env=env, capture_output=True, text=True, check=False)
   lines = [l for l in proc.stdout.splitlines() if l.startswith(MARK)]
   if proc.returncode or not lines:
     raise SystemExit(f'{case} with {variant!r} failed: {proc.stderr.strip()[-1500:]}')
