@@ -5,15 +5,15 @@
   python benchmarks/step_faults.py gpt_6l_bf16 --set '{"matmul_impl": "torch"}' --per-call 4
 
 XLA:CPU allocates a training call's scratch buffer (`memory_analysis().temp_size_in_bytes`)
-at every call. With tx's glibc tunables (tx/malloc_tuning.py) a buffer that glibc serves from
-the main heap is returned to the kernel when the call frees it, as soon as more than
-`glibc.malloc.trim_threshold` bytes are free at the heap's top, and the next call faults it
-in again (benchmarks/NOTES.md, attempts 24, 44, 51, 60 and 61). This script runs CASE's
-training call (as `tx tune` times it) `--calls` times in a fresh process per variant, in
-`--rounds` rounds (every other one in reverse order), and prints per call: seconds a step,
-minor page faults, system time, resident memory after the call and the process's peak. A
+at every call. A buffer that glibc serves from the main heap is returned to the kernel when
+the call frees it, as soon as more than `glibc.malloc.trim_threshold` bytes are free at the
+heap's top (256 MiB in tx's tunables until attempt 114, 4 GiB since), and the next call
+faults it in again (benchmarks/NOTES.md, attempts 24, 44, 51, 60, 61 and 114). This script
+runs CASE's training call (as `tx tune` times it) `--calls` times in a fresh process per
+variant, in `--rounds` rounds (every other one in reverse order), and prints per call: seconds
+a step, minor page faults, system time, resident memory after the call and the process's peak. A
 variant is tx's tunables with some keys set otherwise, and environment variables set ('' =
-tx's own; default: tx's, and the trim threshold at 4 GiB). `--per-call K` runs K steps a
+tx's own; default: tx's, and the trim threshold at 256 MiB). `--per-call K` runs K steps a
 call (train.steps_per_call, as a tune's `_4_per_call` twin does); `--set JSON` changes the
 case's spec keys (tx/bench/tx_side.py), e.g. a tune's kernels. The first call
 (compilation's warmup) is not in the medians.
@@ -109,7 +109,7 @@ def main() -> None:
   parser.add_argument('--per-call', type=int, default=None,
                       help="steps a call (default: the case's own)")
   parser.add_argument('--variants', nargs='+',
-                      default=['', f'glibc.malloc.trim_threshold={4 << 30}'],
+                      default=['', f'glibc.malloc.trim_threshold={256 << 20}'],
                       help="tunables set on top of tx's, e.g. glibc.malloc.arena_max=1, and "
                            "environment variables, e.g. OMP_WAIT_POLICY=PASSIVE ('' = tx's)")
   parser.add_argument('--set', default='{}', metavar='JSON',

@@ -55,10 +55,11 @@ def test_reexec_keeps_the_pid_and_sets_the_tunables():
 
 
 # Mallocs and fills SIZE bytes 20 times from a worker thread (as XLA:CPU allocates its
-# per-step buffer; numpy is not used because it asks for huge pages itself) and prints
-# the minor page faults that took. KEEP bytes allocated first stay in use throughout.
+# per-step buffer; numpy is not used because it asks for huge pages itself), or from the
+# main thread (a call of several steps), and prints the minor page faults that took. KEEP
+# bytes allocated first stay in use throughout.
 _FAULTS = ('import ctypes, resource, sys, threading\n'
-           'size, keep = int(sys.argv[1]), int(sys.argv[2])\n'
+           'size, keep, where = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]\n'
            'libc = ctypes.CDLL(None)\n'
            'libc.malloc.restype = ctypes.c_void_p\n'
            'libc.malloc.argtypes = [ctypes.c_size_t]\n'
@@ -69,12 +70,19 @@ _FAULTS = ('import ctypes, resource, sys, threading\n'
            '  for _ in range(20):\n'
            '    p = libc.malloc(size); ctypes.memset(p, 1, size); libc.free(p)\n'
            '  print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - r0)\n'
-           't = threading.Thread(target=work); t.start(); t.join()')
+           'if where == "main": work()\n'
+           'else: t = threading.Thread(target=work); t.start(); t.join()')
 
 
-def _faults(env, size, keep=0):
-  return int(subprocess.run([sys.executable, '-c', _FAULTS, str(size), str(keep)], env=env,
-                            capture_output=True, text=True, check=True).stdout)
+def _faults(env, size, keep=0, where='thread'):
+  return int(subprocess.run([sys.executable, '-c', _FAULTS, str(size), str(keep), where],
+                            env=env, capture_output=True, text=True, check=True).stdout)
+
+
+def _tunables_with(key, value):
+  """TUNABLES with `key` set to `value` (None: left out)."""
+  kept = [t for t in TUNABLES.split(':') if not t.startswith(key + '=')]
+  return ':'.join(kept + ([f'{key}={value}'] if value is not None else []))
 
 
 @needs_glibc
@@ -99,8 +107,19 @@ def test_a_threads_extra_heap_is_kept_between_calls():
   outputs in a callback) takes an extra heap: glibc unmaps it at every free unless top_pad
   is at least a heap's size, and the next call faults it in again."""
   base = _clean_env()
-  without = dict(base, GLIBC_TUNABLES=':'.join(
-      t for t in TUNABLES.split(':') if not t.startswith('glibc.malloc.top_pad=')))
+  without = dict(base, GLIBC_TUNABLES=_tunables_with('glibc.malloc.top_pad', None))
   plain, tuned = (_faults(env, 40 << 20, keep=30 << 20)
+                  for env in (without, malloc_tuning.tuned_env(base)))
+  assert tuned < plain / 5, (plain, tuned)
+
+
+@needs_glibc
+def test_a_main_heap_buffer_above_256_mib_is_kept_between_calls():
+  """A 320 MB buffer from the main heap (the scratch of a call of several steps) stays with
+  the process when freed, instead of being trimmed at each call's end and faulted in again
+  at the next, as under a 256 MiB trim threshold."""
+  base = _clean_env()
+  without = dict(base, GLIBC_TUNABLES=_tunables_with('glibc.malloc.trim_threshold', 256 << 20))
+  plain, tuned = (_faults(env, 320 << 20, where='main')
                   for env in (without, malloc_tuning.tuned_env(base)))
   assert tuned < plain / 5, (plain, tuned)

@@ -7,10 +7,13 @@ the kernel zeroes it. Four glibc tunables (benchmarks/NOTES.md has the measureme
 
 - `glibc.malloc.hugetlb=1`: malloc asks for transparent huge pages on its large mappings,
   2 MB pages instead of 4 KB (512 times fewer faults);
-- `glibc.malloc.mmap_max=0` and `glibc.malloc.trim_threshold=256 MiB`: buffers up to
+- `glibc.malloc.mmap_max=0` and `glibc.malloc.trim_threshold=4 GiB`: buffers up to
   64 MB come from malloc's heaps and are reused across steps instead of being mapped
-  afresh; up to 256 MiB of free memory at the top of a heap stays with the process.
-  Larger buffers are still mapped per step (glibc falls back to `mmap` for them), with
+  afresh. A larger buffer that glibc serves from the main heap (seen: a call of several
+  steps; the encoder's step on torch's kernels) stays with the process when freed, up to
+  4 GiB at the heap's top, so the next call reuses it instead of faulting it in again:
+  between calls the process stays at its peak (which did not rise where measured). Other
+  large buffers are still mapped per step (glibc falls back to `mmap` for them), with
   huge pages;
 - `glibc.malloc.top_pad=128 MiB`: a thread's arena grows by extra heaps of up to 64 MiB,
   and glibc unmaps such a heap as soon as it is empty, whatever the trim threshold says,
@@ -34,7 +37,7 @@ import platform
 import sys
 
 TUNABLES = ('glibc.malloc.hugetlb=1:glibc.malloc.mmap_max=0:'
-            f'glibc.malloc.trim_threshold={256 << 20}:glibc.malloc.top_pad={128 << 20}')
+            f'glibc.malloc.trim_threshold={4 << 30}:glibc.malloc.top_pad={128 << 20}')
 _KEYS = tuple(t.split('=')[0] for t in TUNABLES.split(':'))
 
 
