@@ -12,7 +12,7 @@ time during it, its operands' shapes, the alignment of the buffers XLA hands it 
 for 64-byte aligned operands for its best speed) and the thread that called it (each thread
 that enters an OpenMP region gets its own team of torch's worker threads); with
 --cpu-by-thread also which threads ran on the CPUs while it did. Then it times the same
-torch calls alone, on fresh tensors of those shapes in this process:
+torch calls alone, on fresh tensors of those shapes, in the case's dtype, in this process:
 
 - `alone, tx's form`: exactly the callback's calls (products into preallocated outputs with
   tx's layouts; attention with its mask and the copies into the outputs);
@@ -121,16 +121,19 @@ def _median_ms(fn, repeats: int = 7) -> float:
   return statistics.median(times) * 1e3
 
 
-def _gemm_calls(torch, kind: str, shapes):
-  """(tx's form, the peer's form) of one product callback, as zero-argument calls."""
+def _gemm_calls(torch, kind: str, shapes, dtype):
+  """(tx's form, the peer's form) of one product callback, as zero-argument calls, on
+  operands of `dtype` (the case's)."""
+  randn = lambda *shape: torch.randn(*shape, dtype=dtype)
+  empty = lambda *shape: torch.empty(*shape, dtype=dtype)
   if kind == 'gemm forward':
     (m, k), (_, n) = shapes
-    x, w, out, bias = torch.randn(m, k), torch.randn(k, n), torch.empty(m, n), torch.randn(n)
+    x, w, out, bias = randn(m, k), randn(k, n), empty(m, n), randn(n)
     weight_nk = w.t().contiguous()
     return (lambda: torch.mm(x, w, out=out)), (lambda: torch.addmm(bias, x, weight_nk.t()))
   (m, n), (_, k), _ = shapes  # g [M, N], x [M, K], w [K, N]
-  g, x, w = torch.randn(m, n), torch.randn(m, k), torch.randn(k, n)
-  d_x, d_w = torch.empty(m, k), torch.empty(k, n)
+  g, x, w = randn(m, n), randn(m, k), randn(k, n)
+  d_x, d_w = empty(m, k), empty(k, n)
   weight_nk = w.t().contiguous()
 
   def tx_form():
@@ -144,15 +147,17 @@ def _gemm_calls(torch, kind: str, shapes):
   return tx_form, peer_form
 
 
-def _attention_calls(torch, backward_shapes, causal: bool):
+def _attention_calls(torch, backward_shapes, causal: bool, dtype):
   """(tx's form, the peer's form) of one attention forward + backward, from the shapes of
-  the backward callback's operands (d_out, q, k, v, out, lse and, when masked, the bias)."""
+  the backward callback's operands (d_out, q, k, v, out, lse and, when masked, the bias),
+  in `dtype` (the case's; the log-sum-exp float32, as the kernel gives it)."""
   q_shape = backward_shapes[1]
   b, l, h, _ = q_shape
-  q, k, v, d_out = (torch.randn(*q_shape) for _ in range(4))
-  bias = torch.zeros(b, 1, 1, backward_shapes[2][1]) if len(backward_shapes) > 6 else None
-  out_buffer, lse_buffer = torch.empty(*q_shape), torch.empty(b, h, l)
-  grad_buffers = [torch.empty(*q_shape) for _ in range(3)]
+  q, k, v, d_out = (torch.randn(*q_shape, dtype=dtype) for _ in range(4))
+  bias = (torch.zeros(b, 1, 1, backward_shapes[2][1], dtype=dtype)
+          if len(backward_shapes) > 6 else None)
+  out_buffer, lse_buffer = torch.empty(*q_shape, dtype=dtype), torch.empty(b, h, l)
+  grad_buffers = [torch.empty(*q_shape, dtype=dtype) for _ in range(3)]
   # pylint: disable-next=protected-access
   forward = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
   # pylint: disable-next=protected-access
@@ -217,6 +222,7 @@ def main() -> None:
     spec = dict(spec, **json.loads(args.set))
   except (ValueError, TypeError) as e:
     raise SystemExit(f'--set {args.set!r}: not a JSON object of spec keys ({e})') from None
+  dtype = torch.bfloat16 if spec.get('dtype') == 'bfloat16' else torch.float32
   cfg = tune.one_device_config(step_config(spec))
   compiled, state, batch, cfg, _ = tune_step.compiled_step({'config': to_dict(cfg)})
   per_call = cfg.train.per_call
@@ -246,7 +252,7 @@ def main() -> None:
     faults = sum(r[1] for r in runs) / steps
     system = sum(r[2] for r in runs) / steps * 1e3
     if kind.startswith('gemm'):
-      tx_form, peer_form = _gemm_calls(torch, kind, shapes)
+      tx_form, peer_form = _gemm_calls(torch, kind, shapes, dtype)
       alone_tx, alone_peer = _median_ms(tx_form), _median_ms(peer_form)
       compared = in_step
     else:  # forward and backward are timed alone together, against both in the step
@@ -259,7 +265,7 @@ def main() -> None:
                    and g[0][1][0] == shapes[0] and g[0][2] == causal]
         forward_ms = statistics.median(r[0] for r in forward[0][1]) * 1e3 if forward else 0.0
         compared = in_step + forward_ms
-        tx_form, peer_form = _attention_calls(torch, shapes, causal)
+        tx_form, peer_form = _attention_calls(torch, shapes, causal, dtype)
         alone_tx, alone_peer = _median_ms(tx_form), _median_ms(peer_form)
     bucket = totals.setdefault(kind.split()[0], [0.0, 0.0, 0.0])
     bucket[0] += in_step * per_step
