@@ -22,7 +22,9 @@ torch calls alone, on fresh tensors of those shapes, in the case's dtype, in thi
 The in-step / alone ratio above 1 is what the step's surroundings cost the kernels (cold
 caches, page faults, thread hand-offs); tx's form against the peer's is the layout's share.
 Run it alone on an idle host, pinned to as many CPUs as --threads (`taskset -c 0,1`): XLA
-uses every CPU the process may run on. The numbers are medians of a few calls.
+uses every CPU the process may run on. The numbers are medians of a few calls, timed after
+untimed ones until the process stops growing (its first calls fault in the heap's growth:
+benchmarks/NOTES.md, attempt 115).
 """
 
 from __future__ import annotations
@@ -189,7 +191,8 @@ def main() -> None:
                       help='case spec keys set otherwise, e.g. \'{"attention_impl": "torch"}\'')
   parser.add_argument('--threads', type=int, default=2)
   parser.add_argument('--calls', type=int, default=3,
-                      help='training calls; the first is not counted')
+                      help='timed training calls, after untimed ones until the process stops '
+                           'growing (tx.timing.warm_until_steady)')
   parser.add_argument('--cpu-by-thread', action='store_true',
                       help="also each thread's CPU time during every callback (reads /proc "
                            'twice a call, which the in-step times then include)')
@@ -208,6 +211,7 @@ def main() -> None:
   from tx.ops import torch_attention, torch_matmul  # pylint: disable=g-import-not-at-top
   from tx.ops.torch_host import torch_module  # pylint: disable=g-import-not-at-top
   from tx.runs import tune, tune_step  # pylint: disable=g-import-not-at-top
+  from tx.timing import warm_until_steady  # pylint: disable=g-import-not-at-top
   torch = torch_module()
   torch.set_num_threads(args.threads)
   _wrap(torch_matmul, '_product_into', 'gemm forward')
@@ -226,19 +230,21 @@ def main() -> None:
   cfg = tune.one_device_config(step_config(spec))
   compiled, state, batch, cfg, _ = tune_step.compiled_step({'config': to_dict(cfg)})
   per_call = cfg.train.per_call
-  steps, wall = 0, 0.0
-  for call in range(args.calls):
-    if call == 1:
-      _RECORDS.clear()
-      _CPU.clear()
-    start = time.perf_counter()
-    state, metrics = compiled(state, batch)
+  holder = [state]
+
+  def one():
+    holder[0], metrics = compiled(holder[0], batch)
     jax.block_until_ready(metrics)
-    if call >= 1:
-      wall += time.perf_counter() - start
-      steps += per_call
-  print(f'{args.case}: {steps} steps timed, {wall / steps * 1e3:.0f} ms a step, '
-        f'{per_call} per call, torch threads {args.threads}')
+
+  warm = warm_until_steady(one)  # the heap's first growth is not the steady state's cost
+  _RECORDS.clear()
+  _CPU.clear()
+  start = time.perf_counter()
+  for _ in range(args.calls):
+    one()
+  wall, steps = time.perf_counter() - start, args.calls * per_call
+  print(f'{args.case}: {steps} steps timed after {warm} untimed calls, '
+        f'{wall / steps * 1e3:.0f} ms a step, {per_call} per call, torch threads {args.threads}')
   print(f'{"kind":<20} {"shapes":<34} {"n/step":>6} {"in step":>8} {"faults":>7} '
         f'{"sys ms":>6} {"alone tx":>9} {"alone peer":>10} {"step/tx":>8} {"tx/peer":>8}')
   groups: dict[tuple, list] = {}

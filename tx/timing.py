@@ -3,6 +3,7 @@ attention (tx.train.flops, tx.bench.tx_side, tx.bench.torch_peers,
 benchmarks/gpu_attention.py), so both sides time the same way. No JAX here: the peer's
 measuring process imports this module without it."""
 
+import os
 import statistics
 import time
 
@@ -59,3 +60,31 @@ def usage_per_step(before: dict[str, float], after: dict[str, float],
   time is where memory the step maps afresh is faulted in and zeroed by the kernel
   (benchmarks/NOTES.md, attempts 24 and 44)."""
   return {f'{key}_per_step': (after[key] - before[key]) / max(steps, 1) for key in before}
+
+
+def resident_bytes() -> int:
+  """This process's resident memory now (Linux: /proc/self/statm; elsewhere the peak)."""
+  try:
+    with open('/proc/self/statm', encoding='ascii') as f:
+      return int(f.read().split()[1]) * os.sysconf('SC_PAGE_SIZE')
+  except OSError:
+    import resource  # pylint: disable=g-import-not-at-top  (Unix only)
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def warm_until_steady(call, most: int = 6, flat: int = 2, resident=resident_bytes,
+                      tolerance: float = 0.02) -> int:
+  """Runs `call()` (one blocking training call) until the process's resident memory has
+  not grown by more than `tolerance` over `flat` calls in a row, or `most` calls ran;
+  returns how many ran. XLA:CPU's scratch buffer can land at new addresses in a step's
+  first calls (bert_6l's 0.8 GB one, three times on the Intel AMX host: benchmarks/NOTES.md,
+  attempt 115), and the first touch of that memory is page faults and system time, in
+  huge pages few faults but much time, which the steps after it do not pay."""
+  before, still, n = resident(), 0, 0
+  while n < most and still < flat:
+    call()
+    n += 1
+    now = resident()
+    still = still + 1 if now <= before * (1 + tolerance) else 0
+    before = max(before, now)
+  return n

@@ -4,13 +4,14 @@ the optimizer and the rest, the step timed with and without the profiler, its sy
 and page faults, and each category's costliest ops. It answers "which part of the step makes
 one side slower on this host" (issue 24: what makes XLA lose on the Intel host).
 
-tx (`tx_step`): `jax.profiler.trace` around `profile_calls` compiled calls, after warm ones.
-Each thunk of the trace is matched with its instruction in the optimized HLO and sorted by
-what it computes and where `op_name` puts it: a dot with batch dimensions, or anything else
-under a self- or cross-attention layer but its projections, is attention; a dot otherwise, or
-torch's GEMM callback (tx/ops/torch_matmul.py), a dense GEMM; ops under a `*_norm` layer,
-torch's LayerNorm callbacks among them (tx/ops/torch_norm.py), the norms; ops outside the
-model's forward and backward the optimizer (and clipping).
+tx (`tx_step`): `jax.profiler.trace` around `profile_calls` compiled calls, after warm ones
+(until the process stops growing). Each thunk of the trace is matched with its instruction
+in the optimized HLO and sorted by what it computes and where `op_name` puts it: a dot with
+batch dimensions, or anything else under a self- or cross-attention layer but its
+projections, is attention; a dot otherwise, or torch's GEMM callback
+(tx/ops/torch_matmul.py), a dense GEMM; ops under a `*_norm` layer, torch's LayerNorm
+callbacks among them (tx/ops/torch_norm.py), the norms; ops outside the model's forward and
+backward the optimizer (and clipping).
 A category's time is the wall time during which any of its thunks ran (the union over
 XLA's threads): categories can overlap, so the column need not add up to the step. A
 product that YNNPACK does not take runs in XLA's own dot thunk, which completes
@@ -37,7 +38,7 @@ from unittest import mock
 
 from tx.bench import cases as cases_lib
 from tx.bench import host
-from tx.timing import process_usage, usage_per_step
+from tx.timing import process_usage, usage_per_step, warm_until_steady
 
 CATEGORIES = ('dense GEMM', 'attention', 'norm', 'optimizer', 'other')
 _INSTRUCTION = re.compile(r'^\s*(?:ROOT )?%([\w.\-]+) = .*? ([\w\-]+)\(')
@@ -188,22 +189,25 @@ def experiment_step(spec: dict) -> dict:
 
 def profile_compiled(compiled, state, batch, per_call: int, calls: int, top: int) -> dict:
   """A compiled training call (`compiled(state, batch) -> (state, metrics)`, per_call steps
-  each) run once, timed over `calls` calls, then profiled over `calls` more: the dict
-  `tx_step` describes."""
+  each) run until the process stops growing (`tx.timing.warm_until_steady`), timed over
+  `calls` calls, then profiled over `calls` more: the dict `tx_step` describes."""
   import jax  # pylint: disable=g-import-not-at-top  (the worker's; the parent stays light)
   hlo = compiled.as_text()
   categories = hlo_categories(hlo)
   steps = calls * per_call
 
-  def run() -> float:
+  def one():
     nonlocal state
+    state, metrics = compiled(state, batch)
+    jax.block_until_ready(metrics)
+
+  def run() -> float:
     start = time.perf_counter()
     for _ in range(calls):
-      state, metrics = compiled(state, batch)
-      jax.block_until_ready(metrics)
+      one()
     return (time.perf_counter() - start) / steps
 
-  run()
+  warm_until_steady(one)  # the steady state's step, not the heap's first growth
   before = process_usage()
   unprofiled_s = run()
   usage = usage_per_step(before, process_usage(), steps)
