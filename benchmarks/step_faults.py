@@ -40,6 +40,7 @@ def _worker(case: str, calls: int, per_call: int | None, spec_set: str) -> None:
   from tx.bench.tuned import step_config  # pylint: disable=g-import-not-at-top
   from tx.config.base import to_dict  # pylint: disable=g-import-not-at-top
   from tx.runs import tune, tune_step  # pylint: disable=g-import-not-at-top
+  from tx.timing import resident_bytes  # pylint: disable=g-import-not-at-top
   spec = next((c.spec for c in SUITE if c.name == case), None)
   if spec is None:
     raise SystemExit(f'unknown case {case!r}: pick one of '
@@ -58,8 +59,7 @@ def _worker(case: str, calls: int, per_call: int | None, spec_set: str) -> None:
     jax.block_until_ready(metrics)
     seconds = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_SELF)
-    with open('/proc/self/statm', encoding='ascii') as f:
-      rss = int(f.read().split()[1]) * os.sysconf('SC_PAGE_SIZE')
+    rss = resident_bytes()
     rows.append({'step_s': seconds / cfg.train.per_call,
                  'faults': after.ru_minflt - before.ru_minflt,
                  'system_s': after.ru_stime - before.ru_stime, 'rss_gb': rss / 1e9,
