@@ -73,15 +73,17 @@ def resident_bytes() -> int:
 
 
 def warm_until_steady(call, most: int = 6, flat: int = 2, resident=resident_bytes,
-                      tolerance: float = 0.02) -> int:
-  """Runs `call()` (one blocking training call) until the process's resident memory has
-  not grown by more than `tolerance` over `flat` calls in a row, or `most` calls ran;
-  returns how many ran. XLA:CPU's scratch buffer can land at new addresses in a step's
-  first calls (bert_6l's 0.8 GB one, three times on the Intel AMX host: benchmarks/NOTES.md,
-  attempt 115), and the first touch of that memory is page faults and system time, in
-  huge pages few faults but much time, which the steps after it do not pay."""
+                      tolerance: float = 0.02, least: int = 0) -> int:
+  """Runs `call()` (one blocking training call or step) at least `least` times, then until the
+  process's resident memory has not grown by more than `tolerance` over `flat` calls in a
+  row, or `most` calls ran; returns how many ran. XLA:CPU's scratch buffer can land at new
+  addresses in a step's first calls (bert_6l's 0.8 GB one, three times on the Intel AMX host:
+  benchmarks/NOTES.md, attempt 115), and the first touch of that memory is page faults and
+  system time, in huge pages few faults but much time, which the steps after it do not pay.
+  `tx bench` warms both sides so (a case's `warmup` calls as `least`): it times the steady
+  state."""
   before, still, n = resident(), 0, 0
-  while n < most and still < flat:
+  while n < least or (n < most and still < flat):
     call()
     n += 1
     now = resident()

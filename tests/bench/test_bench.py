@@ -108,6 +108,8 @@ def test_side_by_side_run_measures_tx_and_the_peer():
   got = doc['cases']['gpt_6l']
   assert 'error' not in got, got
   assert got['tx_train']['tokens_per_s'] > 0 and got['tx_train']['peak_rss_bytes'] > 1e7
+  for side in ('tx', 'peer') if peers else ('tx',):  # both warm up until steady (>= 2 calls)
+    assert got[f'{side}_train']['warmup_calls'] >= max(spec['warmup'] - 1, 2), side
   for side in ('tx', 'peer') if peers else ('tx',):  # CPU time and faults per timed step
     # (>= 0 only: a toy step can finish inside one accounting tick; the mmap test below
     # checks that fresh memory does show up)
@@ -697,6 +699,10 @@ def test_warm_until_steady_stops_once_the_process_stops_growing():
   flat_from_start = warm_until_steady(lambda: None, resident=lambda: 1.0)
   assert flat_from_start == 2
   assert warm_until_steady(lambda: None, most=3, resident=iter(range(1, 10)).__next__) == 3
+  # a protocol's fixed warm-up runs in full, flat or not; growth after it still counts
+  assert warm_until_steady(lambda: None, least=4, resident=lambda: 1.0) == 4
+  assert warm_until_steady(lambda: None, least=3,
+                           resident=iter([1.0, 1.0, 1.0, 1.5, 1.5, 1.5, 1.5]).__next__) == 5
   held, size = [], max(64 << 20, resident_bytes() // 20)  # well above the 1 % tolerance
   assert warm_until_steady(lambda: held.append(bytearray(size)) if len(held) < 2 else None,
                            tolerance=0.01) == 4  # two steps of growth, then 2 flat
@@ -963,7 +969,9 @@ def test_the_own_ceiling_is_timed_after_the_steps_never_before(monkeypatch):
                       lambda spec: events.append(('ceiling', 0)) or {'own_ceiling_flops': 1e9})
   out = tx_side.train(dict(cases.QUICK[0].spec, batch=2, steps=2, warmup=2))
   assert out['own_ceiling_flops'] == 1e9
-  assert events == [('steps', 1), ('steps', 1), ('steps', 2), ('ceiling', 0)]
+  warm = [('steps', 1)] * int(out['warmup_calls'])  # warmup - 1 calls, more while growing
+  assert out['warmup_calls'] >= 1
+  assert events == [('steps', 1), *warm, ('steps', 2), ('ceiling', 0)]
 
 
 def test_the_own_ceiling_times_the_gemm_the_step_runs_on(monkeypatch):

@@ -13,7 +13,8 @@ from tx.bench import torch_peers  # pylint: disable=g-import-not-at-top
 TINY = dict(layers=2, heads=2, d_model=32, d_ff=64, vocab=37, ctx=16, batch=2, steps=2,
             warmup=1, threads=1, repeats=2, prompt_len=4, new=6, enc_layers=2, dec_layers=2,
             src_len=16, tgt_len=16)
-TRAIN = ('step_time_s', 'step_time_min_s', 'tokens_per_s', 'first_step_s', 'params', 'loss')
+TRAIN = ('step_time_s', 'step_time_min_s', 'tokens_per_s', 'first_step_s', 'warmup_calls',
+         'params', 'loss')
 DECODE = ('new_tokens_per_s', 'new_tokens_per_s_median', 'time_s', 'generated_tokens')
 
 

@@ -121,6 +121,9 @@ def rows(doc: dict) -> list[dict]:
         # The kernel's share of a CPU step: mostly memory faulted in and zeroed afresh.
         add(name, 'train system s/step', txt['system_s_per_step'],
             peer and peer.get('system_s_per_step'), ratio=None)
+      if 'warmup_calls' in txt:  # untimed calls after the first, until the process stops growing
+        add(name, 'train warm-up calls', txt['warmup_calls'], peer and peer.get('warmup_calls'),
+            ratio=None)
       if 'device_peak_bytes' in txt:
         add(name, 'train peak device GB', txt['device_peak_bytes'] / GB,
             peer and peer.get('device_peak_bytes', 0) / GB or None)

@@ -19,8 +19,10 @@ fastest rather than as most code runs it; decoding stays eager.
 
 Training peers time one optimizer step = zero_grad, forward + loss, backward,
 clip_grad_norm_(1.0) (GPT-2 and BERT) and optimizer.step(), on one fixed random batch:
-`warmup` untimed steps (`first_step_s` is the first of them, lazy init included), then
-`steps` steps timed one by one (perf_counter). They return step_time_s (median),
+`warmup` untimed steps (`first_step_s` is the first of them, lazy init included), more
+while the process's resident memory still grows (`tx.timing.warm_until_steady`, as tx's
+side; warmup_calls counts those after the first), then `steps` steps timed one by one
+(perf_counter). They return step_time_s (median),
 step_time_min_s, tokens_per_s (tokens per step / median step), first_step_s, params
 (unique tensors, so a tied embedding is counted once), loss (last step, checked finite),
 and user_s / system_s / minor_faults _per_step over the timed steps (tx.timing).
@@ -102,22 +104,31 @@ def _attention_stand_in(q, k, v, *args, **kwargs):
 
 
 def _train(spec, model, step, tokens_per_step):
-  """The shared training protocol: warmup steps, then `steps` individually timed ones."""
-  from tx.timing import process_usage, usage_per_step  # pylint: disable=g-import-not-at-top
-  times, loss, before = [], float('nan'), None
-  for i in range(spec['warmup'] + spec['steps']):
-    if i == spec['warmup']:
-      before = process_usage()
+  """The shared training protocol: warmup steps (more while the process still grows, as tx's
+  side warms up), then `steps` individually timed ones."""
+  # pylint: disable-next=g-import-not-at-top
+  from tx.timing import process_usage, usage_per_step, warm_until_steady
+  times, losses = [], [float('nan')]
+
+  def timed_step():
     t0 = time.perf_counter()
-    loss = step()
+    losses.append(step())
     times.append(time.perf_counter() - t0)
+
+  timed_step()  # the first step: lazy initialisation (first_step_s)
+  warmup_calls = warm_until_steady(timed_step, least=max(spec['warmup'] - 1, 0))
+  before = process_usage()
+  for _ in range(spec['steps']):
+    timed_step()
   usage = usage_per_step(before, process_usage(), spec['steps'])
+  loss = losses[-1]
   if not math.isfinite(loss):
     raise FloatingPointError(f'non-finite loss {loss}')
-  timed = times[spec['warmup']:]
+  timed = times[-spec['steps']:]
   median = statistics.median(timed)
   out = {'step_time_s': median, 'step_time_min_s': min(timed),
          'tokens_per_s': tokens_per_step / median, 'first_step_s': times[0],
+         'warmup_calls': float(warmup_calls),
          'params': float(sum(p.numel() for p in model.parameters())), 'loss': loss, **usage}
   if _device(spec) == 'cuda':
     import torch  # pylint: disable=g-import-not-at-top  (optional; imported by _torch already)

@@ -59,7 +59,8 @@ from tx.layers.attention import causal_block_count
 from tx.models.build import build_model
 from tx.ops.torch_host import torch_module
 from tx.tasks.objectives import make_task
-from tx.timing import median_and_best, process_usage, sample_seconds, usage_per_step
+from tx.timing import (median_and_best, process_usage, sample_seconds, usage_per_step,
+                       warm_until_steady)
 from tx.train.flops import flops_per_step, gemm_rates, matmul_rates, mlm_head_positions
 from tx.train.mesh import batch_sharding, logical_rules, make_mesh, stacked_sharding
 from tx.train.optimizer import make_optimizer
@@ -258,7 +259,9 @@ def _attention(spec: dict):
 
 
 def train(spec: dict) -> dict:
-  """Train-step throughput: compile time, then `warmup` untimed and `steps` timed steps.
+  """Train-step throughput: compile time, then `warmup` untimed calls, more while the process
+  still grows (`tx.timing.warm_until_steady`, as the peer warms up: warmup_calls says how
+  many after the first), and `steps` timed calls.
 
   tokens/s counts the tokens the loss is taken on per step (decoder: batch x ctx; seq2seq:
   batch x tgt_len) except MLM, which counts every input token (batch x ctx) as the peer does.
@@ -276,7 +279,7 @@ def train(spec: dict) -> dict:
 
   per_call = cfg.train.per_call  # spec['steps'] calls of that many steps each
   first = _timed(one, 1)[0] / per_call
-  _timed(one, max(spec['warmup'] - 1, 0))
+  warmup_calls = warm_until_steady(lambda: _timed(one, 1), least=max(spec['warmup'] - 1, 0))
   before = process_usage()
   times = [t / per_call for t in _timed(one, spec['steps'])]
   usage = usage_per_step(before, process_usage(), spec['steps'] * per_call)
@@ -290,7 +293,8 @@ def train(spec: dict) -> dict:
   params = nn.unbox(holder['state'].params)
   flops = flops_per_step(cfg.model, params, batch=spec['batch'], length=length,
                          target_length=spec.get('tgt_len'), head_positions=mlm_head_positions(cfg))
-  return dict(compile_s=compile_s, first_step_s=first, step_time_s=median,
+  return dict(compile_s=compile_s, first_step_s=first, warmup_calls=warmup_calls,
+              step_time_s=median,
               step_time_min_s=min(times), tokens_per_s=tokens / median,
               flops_per_step=flops, model_flops_per_s=flops / median,
               params=float(sum(x.size for x in jax.tree_util.tree_leaves(params))),
