@@ -5,19 +5,22 @@
 
 On the Intel host tx's step with torch's GEMM and attention (`bert_6l_torch_kernels_4_per_call`)
 spends more in those kernels than the peer spends in the same kernels (benchmarks/NOTES.md,
-attempt 57). This script says which part: it wraps the callbacks of tx/ops/torch_matmul.py
-and tx/ops/torch_attention.py, runs CASE's training call (a `tx bench` case, as `tx tune`
-times it) a few times, and records each callback's wall time, the page faults and system
-time during it, its operands' shapes, the alignment of the buffers XLA hands it (MKL asks
-for 64-byte aligned operands for its best speed) and the thread that called it (each thread
-that enters an OpenMP region gets its own team of torch's worker threads); with
---cpu-by-thread also which threads ran on the CPUs while it did. Then it times the same
-torch calls alone, on fresh tensors of those shapes, in the case's dtype, in this process:
+attempt 57). This script says which part: it wraps the callbacks of tx/ops/torch_matmul.py,
+tx/ops/torch_attention.py and tx/ops/torch_norm.py, runs CASE's training call (a `tx bench`
+case, as `tx tune` times it) a few times, and records each callback's wall time, the page
+faults and system time during it, its operands' shapes, the alignment of the buffers XLA
+hands it (MKL asks for 64-byte aligned operands for its best speed) and the thread that
+called it (each thread that enters an OpenMP region gets its own team of torch's worker
+threads); with --cpu-by-thread also which threads ran on the CPUs while it did. Then it times
+the same torch calls alone, on fresh tensors of those shapes, in the case's dtype, in this
+process:
 
 - `alone, tx's form`: exactly the callback's calls (products into preallocated outputs with
-  tx's layouts; attention with its mask and the copies into the outputs);
+  tx's layouts; attention and LayerNorm with the copies into the outputs; attention with
+  what the callback hands the kernel of the step's mask);
 - `alone, peer's form`: what the peer's nn.Linear calls (addmm with the weight as [N, K],
-  mm(g, W), mm(gᵀ, x)), and attention without a mask or copies.
+  mm(g, W), mm(gᵀ, x)), attention without a mask or copies, and LayerNorm's kernels without
+  the copies into XLA's outputs.
 
 The in-step / alone ratio above 1 is what the step's surroundings cost the kernels (cold
 caches, page faults, thread hand-offs); tx's form against the peer's is the layout's share.
@@ -149,15 +152,51 @@ def _gemm_calls(torch, kind: str, shapes, dtype):
   return tx_form, peer_form
 
 
-def _attention_calls(torch, backward_shapes, causal: bool, dtype):
+def _norm_calls(torch, kind: str, shapes, dtype):
+  """(tx's form, the peer's form) of one LayerNorm callback: torch's kernel with the copies
+  into XLA-shaped outputs, and the kernel alone (what the peer's nn.LayerNorm runs); rows in
+  `dtype` (the case's), scale and bias float32 (tx's parameters)."""
+  n, d = shapes[0 if kind == 'norm forward' else 1]
+  x, g = torch.randn(n, d, dtype=dtype), torch.randn(n, d, dtype=dtype)
+  scale, bias = torch.randn(d), torch.randn(d)
+  _, mean, rstd = torch.native_layer_norm(x, (d,), scale, bias, 1e-5)
+  outs = [torch.empty_like(t) for t in (x, scale, bias)]
+  if kind == 'norm forward':
+    row_stats = [torch.empty(n) for _ in range(2)]
+
+    def forward_tx_form():
+      y, m, r = torch.native_layer_norm(x, (d,), scale, bias, 1e-5)
+      for out, value in zip((outs[0], *row_stats), (y, m.view(-1), r.view(-1))):
+        out.copy_(value)
+
+    return forward_tx_form, lambda: torch.native_layer_norm(x, (d,), scale, bias, 1e-5)
+  backward = lambda: torch.ops.aten.native_layer_norm_backward(
+      g, x, (d,), mean, rstd, scale, bias, [True, True, True])
+
+  def tx_form():
+    for out, grad in zip(outs, backward()):
+      out.copy_(grad)
+
+  return tx_form, backward
+
+
+def _attention_calls(torch, torch_attention, backward_shapes, causal: bool, dtype):
   """(tx's form, the peer's form) of one attention forward + backward, from the shapes of
   the backward callback's operands (d_out, q, k, v, out, lse and, when masked, the bias),
   in `dtype` (the case's; the log-sum-exp float32, as the kernel gives it)."""
   q_shape = backward_shapes[1]
   b, l, h, _ = q_shape
   q, k, v, d_out = (torch.randn(*q_shape, dtype=dtype) for _ in range(4))
-  bias = (torch.zeros(b, 1, 1, backward_shapes[2][1], dtype=dtype)
-          if len(backward_shapes) > 6 else None)
+  bias = None
+  if len(backward_shapes) > 6:  # the step's mask, hiding what a causal or unpadded one does;
+    # what the kernel gets of it is the callback's (`_host_mask`): None where it hides nothing
+    # beyond `causal`, as in the step
+    bias_shape = backward_shapes[6]
+    bias = torch.zeros(*bias_shape, dtype=dtype)
+    if causal and bias_shape[-1] == bias_shape[-2]:
+      hidden = torch.ones(bias_shape[-2:], dtype=torch.bool).triu(1)
+      bias = bias.masked_fill(hidden, -1e9)
+    bias = torch_attention._host_mask(bias, causal)[0]  # pylint: disable=protected-access
   out_buffer, lse_buffer = torch.empty(*q_shape, dtype=dtype), torch.empty(b, h, l)
   grad_buffers = [torch.empty(*q_shape, dtype=dtype) for _ in range(3)]
   # pylint: disable-next=protected-access
@@ -208,7 +247,8 @@ def main() -> None:
   from tx.bench.cases import SUITE  # pylint: disable=g-import-not-at-top
   from tx.bench.tuned import step_config  # pylint: disable=g-import-not-at-top
   from tx.config.base import to_dict  # pylint: disable=g-import-not-at-top
-  from tx.ops import torch_attention, torch_matmul  # pylint: disable=g-import-not-at-top
+  # pylint: disable-next=g-import-not-at-top
+  from tx.ops import torch_attention, torch_matmul, torch_norm
   from tx.ops.torch_host import torch_module  # pylint: disable=g-import-not-at-top
   from tx.runs import tune, tune_step  # pylint: disable=g-import-not-at-top
   from tx.timing import warm_until_steady  # pylint: disable=g-import-not-at-top
@@ -218,6 +258,8 @@ def main() -> None:
   _wrap(torch_matmul, '_gradients_into', 'gemm gradients')
   _wrap(torch_attention, '_forward_into', 'attention forward')
   _wrap(torch_attention, '_backward_into', 'attention backward')
+  _wrap(torch_norm, '_layer_norm_into', 'norm forward')
+  _wrap(torch_norm, '_layer_norm_grads_into', 'norm backward')
   spec = next((c.spec for c in SUITE if c.name == args.case), None)
   if spec is None:
     raise SystemExit(f'unknown case {args.case!r}: pick one of '
@@ -257,8 +299,9 @@ def main() -> None:
     per_step = len(runs) / steps
     faults = sum(r[1] for r in runs) / steps
     system = sum(r[2] for r in runs) / steps * 1e3
-    if kind.startswith('gemm'):
-      tx_form, peer_form = _gemm_calls(torch, kind, shapes, dtype)
+    if kind.startswith(('gemm', 'norm')):
+      calls = _gemm_calls if kind.startswith('gemm') else _norm_calls
+      tx_form, peer_form = calls(torch, kind, shapes, dtype)
       alone_tx, alone_peer = _median_ms(tx_form), _median_ms(peer_form)
       compared = in_step
     else:  # forward and backward are timed alone together, against both in the step
@@ -271,7 +314,7 @@ def main() -> None:
                    and g[0][1][0] == shapes[0] and g[0][2] == causal]
         forward_ms = statistics.median(r[0] for r in forward[0][1]) * 1e3 if forward else 0.0
         compared = in_step + forward_ms
-        tx_form, peer_form = _attention_calls(torch, shapes, causal, dtype)
+        tx_form, peer_form = _attention_calls(torch, torch_attention, shapes, causal, dtype)
         alone_tx, alone_peer = _median_ms(tx_form), _median_ms(peer_form)
     bucket = totals.setdefault(kind.split()[0], [0.0, 0.0, 0.0])
     bucket[0] += in_step * per_step
