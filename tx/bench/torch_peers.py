@@ -21,11 +21,11 @@ Training peers time one optimizer step = zero_grad, forward + loss, backward,
 clip_grad_norm_(1.0) (GPT-2 and BERT) and optimizer.step(), on one fixed random batch:
 `warmup` untimed steps (`first_step_s` is the first of them, lazy init included), more
 while the process's resident memory still grows (`tx.timing.warm_until_steady`, as tx's
-side; warmup_calls counts those after the first), then `steps` steps timed one by one
-(perf_counter). They return step_time_s (median),
-step_time_min_s, tokens_per_s (tokens per step / median step), first_step_s, params
-(unique tensors, so a tied embedding is counted once), loss (last step, checked finite),
-and user_s / system_s / minor_faults _per_step over the timed steps (tx.timing).
+side), then `steps` steps timed one by one (perf_counter). They return step_time_s
+(median), step_time_min_s, tokens_per_s (tokens per step / median step), first_step_s,
+warmup_calls (the untimed steps after the first), params (unique tensors, so a tied
+embedding is counted once), loss (last step, checked finite), and user_s / system_s /
+minor_faults _per_step over the timed steps (tx.timing).
 
   gpt2_train     transformers GPT2LMHeadModel (gelu_new, tied embeddings, dropout 0), AdamW
                  (lr 1e-3, wd 0.1, betas 0.9/0.99; each family's: OPTIMIZERS), labels =

@@ -293,9 +293,8 @@ def train(spec: dict) -> dict:
   params = nn.unbox(holder['state'].params)
   flops = flops_per_step(cfg.model, params, batch=spec['batch'], length=length,
                          target_length=spec.get('tgt_len'), head_positions=mlm_head_positions(cfg))
-  return dict(compile_s=compile_s, first_step_s=first, warmup_calls=warmup_calls,
-              step_time_s=median,
-              step_time_min_s=min(times), tokens_per_s=tokens / median,
+  return dict(compile_s=compile_s, first_step_s=first, warmup_calls=float(warmup_calls),
+              step_time_s=median, step_time_min_s=min(times), tokens_per_s=tokens / median,
               flops_per_step=flops, model_flops_per_s=flops / median,
               params=float(sum(x.size for x in jax.tree_util.tree_leaves(params))),
               loss=float(metrics['loss_sum'] / max(float(metrics['weight_sum']), 1.0)),
