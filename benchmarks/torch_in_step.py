@@ -189,14 +189,14 @@ def _attention_calls(torch, torch_attention, backward_shapes, causal: bool, dtyp
   q, k, v, d_out = (torch.randn(*q_shape, dtype=dtype) for _ in range(4))
   bias = None
   if len(backward_shapes) > 6:  # the step's mask, hiding what a causal or unpadded one does;
-    # what the kernel gets of it is the callback's (`_host_mask`): None where it hides nothing
+    # what the kernel gets of it is the callback's (`host_mask`): None where it hides nothing
     # beyond `causal`, as in the step
     bias_shape = backward_shapes[6]
     bias = torch.zeros(*bias_shape, dtype=dtype)
     if causal and bias_shape[-1] == bias_shape[-2]:
       hidden = torch.ones(bias_shape[-2:], dtype=torch.bool).triu(1)
       bias = bias.masked_fill(hidden, -1e9)
-    bias = torch_attention._host_mask(bias, causal)[0]  # pylint: disable=protected-access
+    bias = torch_attention.host_mask(bias, causal)[0]
   out_buffer, lse_buffer = torch.empty(*q_shape, dtype=dtype), torch.empty(b, h, l)
   grad_buffers = [torch.empty(*q_shape, dtype=dtype) for _ in range(3)]
   # pylint: disable-next=protected-access

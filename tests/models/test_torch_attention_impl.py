@@ -13,10 +13,12 @@ pytest.importorskip('torch')
 SEGMENTS = jnp.array([[1, 1, 1, 2, 2, 2], [1, 1, 1, 1, 0, 0]], jnp.int32)
 
 
+@pytest.mark.parametrize('impl', ['torch', 'torch_block'])
 @pytest.mark.parametrize('family', ['decoder', 'encoder', 'encoder_decoder'])
-def test_torch_attention_equals_xla_in_every_family(tm, family):
+def test_torch_attention_equals_xla_in_every_family(tm, family, impl):
   """Self-attention (causal in query blocks, bidirectional, packed) and cross-attention
-  over a padded source: the loss and every parameter's gradient agree."""
+  over a padded source: the loss and every parameter's gradient agree ('torch_block': the
+  self-attention blocks whole in torch, cross-attention as 'torch')."""
   cfg = tm.tiny(family, attention_causal_blocks=3)
   _, variables = tm.build(cfg)
   args = tm.inputs(cfg)
@@ -27,7 +29,7 @@ def test_torch_attention_equals_xla_in_every_family(tm, family):
     loss = lambda v: jnp.sum(jnp.sin(model.apply(v, *args, **kw)))
     return jax.jit(jax.value_and_grad(loss))(variables)
 
-  (loss_xla, grads_xla), (loss_torch, grads_torch) = loss_and_grads('xla'), loss_and_grads('torch')
+  (loss_xla, grads_xla), (loss_torch, grads_torch) = loss_and_grads('xla'), loss_and_grads(impl)
   np.testing.assert_allclose(loss_torch, loss_xla, rtol=1e-5)
   jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5),
                          grads_torch, grads_xla)
@@ -38,6 +40,6 @@ def test_torch_attention_equals_xla_in_every_family(tm, family):
     (dict(attention_softcap=30.0), 'soft-cap'), (dict(attention_dropout=0.1), 'attention dropout')])
 def test_what_the_kernel_cannot_do_is_a_config_error(tm, setting, says):
   """T5 / ALiBi biases, a soft-cap and attention dropout: named when the config is made."""
-  for impl in ('torch', 'torch_float32'):
+  for impl in ('torch', 'torch_float32', 'torch_block'):
     with pytest.raises(tx.ConfigError, match=f"model.attention_impl.*'{impl}'.*no {says}"):
       tm.tiny('decoder', attention_impl=impl, **setting)

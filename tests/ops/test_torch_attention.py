@@ -72,23 +72,23 @@ def test_the_host_hands_the_kernel_only_a_mask_that_hides_something():
   then skips its add), and the query rows that see no key are found there, for any
   broadcast shape of the mask. Under the causal promise, a square mask that hides no more
   than the causal triangle is not passed either (the kernel's causal mode does that)."""
-  from tx.ops.torch_attention import _host_mask  # pylint: disable=g-import-not-at-top
+  from tx.ops.torch_attention import host_mask  # pylint: disable=g-import-not-at-top
   bias = lambda mask: jnp.where(mask, 0.0, -1e9).astype(jnp.float32)
-  assert _host_mask(None) == (None, None)
-  assert _host_mask(bias(key_padding_mask(jnp.ones((B, S), bool)))) == (None, None)
+  assert host_mask(None) == (None, None)
+  assert host_mask(bias(key_padding_mask(jnp.ones((B, S), bool)))) == (None, None)
   padded = key_padding_mask(jnp.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], bool))
-  attn_mask, blind = _host_mask(bias(padded))
+  attn_mask, blind = host_mask(bias(padded))
   assert tuple(attn_mask.shape) == (B, 1, 1, S) and blind is None
   one_blind = np.ones((B, 3, L, S), bool)
   one_blind[1, 2, 0] = False
-  attn_mask, blind = _host_mask(bias(jnp.asarray(one_blind)))
+  attn_mask, blind = host_mask(bias(jnp.asarray(one_blind)))
   assert tuple(blind.shape) == (B, 3, L, 1)
   assert np.argwhere(blind.numpy()[..., 0]).tolist() == [[1, 2, 0]]
   square = lambda valid: bias(combine_masks(causal_mask(S), key_padding_mask(valid)))
-  assert _host_mask(square(jnp.ones((B, S), bool)), causal=True) == (None, None)
-  attn_mask, blind = _host_mask(square(jnp.array([[1, 1, 1, 1, 0], [1] * S], bool)), causal=True)
+  assert host_mask(square(jnp.ones((B, S), bool)), causal=True) == (None, None)
+  attn_mask, blind = host_mask(square(jnp.array([[1, 1, 1, 1, 0], [1] * S], bool)), causal=True)
   assert tuple(attn_mask.shape) == (B, 1, S, S) and blind is None
-  assert _host_mask(square(jnp.ones((B, S), bool)))[0] is not None  # no promise: kept
+  assert host_mask(square(jnp.ones((B, S), bool)))[0] is not None  # no promise: kept
   q, k, v = _qkv(3, 3, seed=6)  # the same values as the XLA path, the blind row all zeros
   out_torch, grads_torch = _values_and_grads('torch', q, k, v, jnp.asarray(one_blind))
   out_xla, grads_xla = _values_and_grads('xla', q, k, v, jnp.asarray(one_blind))

@@ -37,7 +37,8 @@ def tuned(tmp_path_factory):
   candidates = {'default': '', 'onednn': ONEDNN}
   if importlib.util.find_spec('torch'):
     candidates.update(tune.MODEL_CANDIDATES)  # torch_attention, torch_matmul, both, + norms
-    for name in ('torch_matmul_norm', 'torch_float32_matmul', 'torch_float32_attention_matmul'):
+    for name in ('torch_matmul_norm', 'torch_float32_matmul', 'torch_float32_attention_matmul',
+                 'torch_block_matmul', 'torch_block_matmul_norm'):
       del candidates[name]  # their settings reach the step as the others' do
   candidates['default_4_per_call'] = tune.known_candidates()['default_4_per_call']
   entry = tune.tune(_cfg(), candidates=candidates, steps=1, warmup=0, rounds=1, env=env,
@@ -419,7 +420,7 @@ def test_model_candidates_are_timed_only_where_tx_chooses_the_setting(monkeypatc
   pytest.importorskip('torch')
   assert set(tune.model_candidates(_cfg())) == {'torch_attention', 'torch_matmul',
                                                 'torch_attention_matmul',
-                                                'torch_attention_matmul_norm'}
+                                                'torch_attention_matmul_norm'}  # RoPE
   for setting in ('model.attention_impl=xla', 'model.position=alibi',
                   'model.attention_softcap=30', 'model.attention_dropout=0.1'):
     assert set(tune.model_candidates(_cfg(setting))) == {'torch_matmul',
@@ -432,6 +433,15 @@ def test_model_candidates_are_timed_only_where_tx_chooses_the_setting(monkeypatc
   for setting in ('model.norm_impl=xla', 'model.norm=rmsnorm'):
     assert set(tune.model_candidates(_cfg(setting))) == {
         'torch_attention', 'torch_matmul', 'torch_attention_matmul'}, setting
+  # the whole attention block where nothing comes between its projections and the kernel
+  learned = 'model.position=learned'
+  assert set(tune.model_candidates(_cfg(learned))) == {
+      'torch_attention', 'torch_matmul', 'torch_attention_matmul', 'torch_attention_matmul_norm',
+      'torch_block_matmul_norm'}
+  assert 'torch_block_matmul' in tune.model_candidates(_cfg(learned, 'model.norm_impl=xla'))
+  for setting in ('model.qk_norm=rmsnorm', 'model.num_kv_heads=1'):
+    assert not {'torch_block_matmul', 'torch_block_matmul_norm'} & set(
+        tune.model_candidates(_cfg(learned, setting))), setting
   # torch's bf16 GEMM only where the host has bf16 arithmetic (or its ISA is unknown)
   bf16 = _cfg('model.dtype=bfloat16')
   for isa, has in (({'avx2': True}, False), ({'avx512_bf16': True}, True),

@@ -49,9 +49,10 @@ DTYPES = ('float32', 'bfloat16', 'float16')
 # operands (exact products, float32 accumulation).
 MATMUL_IMPLS = ('xla', 'torch', 'torch_float32')
 # Attention's kernels (`model.attention_impl` without 'auto'; tx/ops/attention.py): XLA's
-# fused path, the explicit einsums, cuDNN's, PyTorch's CPU flash kernel, or that kernel in
-# float32 on widened bf16 / f16 q, k, v.
-ATTENTION_IMPLS = ('xla', 'einsum', 'cudnn', 'torch', 'torch_float32')
+# fused path, the explicit einsums, cuDNN's, PyTorch's CPU flash kernel, that kernel in
+# float32 on widened bf16 / f16 q, k, v, or self-attention's projections and kernel in one
+# torch callback each way (tx/ops/torch_attention_block.py; 'torch' where a layer does more).
+ATTENTION_IMPLS = ('xla', 'einsum', 'cudnn', 'torch', 'torch_float32', 'torch_block')
 
 # Position kinds: where a scheme enters the model.
 EMBEDDING = 'embedding'  # a [B, L, D] term added to the token embeddings

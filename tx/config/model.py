@@ -130,7 +130,10 @@ class ModelConfig:
   dtype: str = choice(*DTYPES)  # compute dtype
   param_dtype: str = choice(*DTYPES)
   # 'torch': PyTorch's CPU flash kernel (tx/ops/torch_attention.py); 'torch_float32': the same
-  # on widened bf16 / f16 q, k, v. 'auto' is XLA's unless `tx tune` timed torch's faster.
+  # on widened bf16 / f16 q, k, v; 'torch_block': self-attention's q/k/v and output
+  # projections with the kernel, one torch callback each way (tx/ops/torch_attention_block.py;
+  # 'torch' in layers that do more: RoPE, q/k norms, grouped kv heads, a cache, cross-attention).
+  # 'auto' is XLA's unless `tx tune` timed torch's faster.
   attention_impl: str = choice('auto', *ATTENTION_IMPLS)
   # The dense layers' products (projections, FFN, heads; not MoE experts): XLA's, or
   # PyTorch's CPU GEMM through a callback ('torch', float32 / bfloat16; tx/ops/torch_matmul.py),
@@ -176,6 +179,14 @@ class ModelConfig:
     if self.attention_dropout:
       return 'attention dropout (model.attention_dropout)'
     return ''
+
+  @property
+  def torch_block_fuses(self) -> bool:
+    """Whether attention_impl='torch_block' takes self-attention's projections into its
+    callbacks here: nothing between them and the kernel (no RoPE, q/k norms or grouped kv
+    heads). Where it does not, it is 'torch'."""
+    return (self.position_kind != ROTARY and self.qk_norm == 'none'
+            and self.kv_heads == self.num_heads)
 
   def validate(self):
     positive = ('vocab_size', 'd_model', 'num_heads', 'd_ff', 'max_len', 'num_layers')

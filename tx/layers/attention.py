@@ -11,7 +11,7 @@ from tx import ops
 from tx.config.base import choice, config, fail, nested
 from tx.config.choices import ATTENTION_IMPLS, MATMUL_IMPLS
 from tx.config.rope import RopeScalingConfig
-from tx.layers.common import DenseGeneral, constrain
+from tx.layers.common import DenseGeneral, DenseWeights, constrain
 from tx.layers.norm import Norm, NormConfig
 
 
@@ -125,6 +125,14 @@ class MultiHeadAttention(nn.Module):
                cache_index=None, deterministic: bool = True, return_weights: bool = False):
     cfg = self.cfg
     is_self = kv_BSD is None and not self.cross
+    blocks = 1
+    if is_self and not self.decode:
+      blocks = causal_block_count(cfg.causal_blocks, x_BLD.shape[1], cfg.window)
+    implementation = cfg.implementation
+    if implementation == 'torch_block':
+      if self._whole_block_in_torch(is_self, bias, deterministic, return_weights):
+        return self._torch_block(x_BLD, mask, causal=blocks > 1)
+      implementation = 'torch'
     q_BLHD = self._proj(x_BLD, cfg.num_heads, 'query', ('embed', 'heads', 'kv'))
     if self.cross and self.decode:
       k_BSKD, v_BSKD = self._cross_cache(kv_BSD)
@@ -154,12 +162,9 @@ class MultiHeadAttention(nn.Module):
     dropout_rng = None
     if cfg.dropout > 0 and not deterministic:
       dropout_rng = self.make_rng('dropout')
-    blocks = 1
-    if is_self and not self.decode:
-      blocks = causal_block_count(cfg.causal_blocks, q_BLHD.shape[1], cfg.window)
     result = ops.dot_product_attention(
         q_BLHD, k_BSKD, v_BSKD, mask=mask, bias=bias,
-        scale=cfg.score_scale, softcap=cfg.softcap, implementation=cfg.implementation,
+        scale=cfg.score_scale, softcap=cfg.softcap, implementation=implementation,
         return_weights=return_weights, dropout_rate=cfg.dropout if dropout_rng is not None else 0.0,
         dropout_rng=dropout_rng, causal_blocks=blocks, window=cfg.window if blocks > 1 else 0)
     if return_weights:
@@ -172,6 +177,38 @@ class MultiHeadAttention(nn.Module):
     return DenseGeneral((cfg.d_model,), ('heads', 'kv', 'embed'), in_dims=2,
                         use_bias=cfg.use_bias, dtype=cfg.dtype, param_dtype=cfg.param_dtype,
                         matmul=cfg.matmul, name='out')(out_BLHD)
+
+  def _whole_block_in_torch(self, is_self, bias, deterministic, return_weights) -> bool:
+    """Whether implementation='torch_block' can take this call whole: self-attention without
+    a cache, with nothing between the projections and the kernel, on the CPU."""
+    cfg = self.cfg
+    return (is_self and not self.decode and not cfg.rope and cfg.qk_norm == 'none'
+            and cfg.kv_heads == cfg.num_heads and bias is None and not cfg.softcap
+            and not return_weights and (cfg.dropout == 0 or deterministic)
+            and cfg.dtype in ('float32', 'bfloat16') and jax.default_backend() == 'cpu'
+            and not self.is_mutable_collection('diagnostics'))
+
+  def _torch_block(self, x_BLD, mask, causal: bool):
+    """The block's projections and kernel in torch (tx/ops/torch_attention_block.py), with
+    the parameters `_proj` and the output projection make. x [B, L, D] -> [B, L, D], float32
+    as the output projection returns it."""
+    cfg = self.cfg
+    d_model, heads = x_BLD.shape[-1], (cfg.num_heads, cfg.dim)
+    weights = lambda name, features, axes, in_shape: DenseWeights(
+        features, axes, in_dims=len(in_shape), use_bias=cfg.use_bias, dtype=cfg.dtype,
+        param_dtype=cfg.param_dtype, name=name)(in_shape)
+    wq, bq = weights('query', heads, ('embed', 'heads', 'kv'), (d_model,))
+    wk, bk = weights('key', heads, ('embed', 'kv_heads', 'kv'), (d_model,))
+    wv, bv = weights('value', heads, ('embed', 'kv_heads', 'kv'), (d_model,))
+    wo, bo = weights('out', (cfg.d_model,), ('heads', 'kv', 'embed'), heads)
+    mask_BHLS = None
+    if mask is not None:
+      mask = jnp.asarray(mask)
+      mask_BHLS = mask.reshape((1,) * (4 - mask.ndim) + mask.shape)
+    y_BLD = ops.torch_attention_block(
+        x_BLD.astype(jnp.dtype(cfg.dtype)), wq, wk, wv, wo,
+        None if bq is None else (bq, bk, bv, bo), mask_BHLS, cfg.score_scale, causal=causal)
+    return y_BLD.astype(jnp.float32)
 
   # Self-attention caches are stored [B*K, S, D] (rows of one kv head, batch-major): the
   # operand a single query's attention dots read (tx/ops/xla_attention.py `_single_query`).

@@ -86,16 +86,35 @@ class DenseGeneral(nn.Module):
 
   @nn.compact
   def __call__(self, x):
-    in_shape = tuple(x.shape[-self.in_dims:])
+    kernel, bias = self._weights(tuple(x.shape[-self.in_dims:]))
+    y = dense(x.astype(dtype(self.dtype)), kernel.astype(dtype(self.dtype)), self.in_dims,
+              impl=self.matmul)
+    if bias is not None:
+      y = y + bias.astype(y.dtype)
+    return y
+
+  def _weights(self, in_shape: tuple[int, ...]):
+    """(kernel [*in, *features], bias [*features] or None) in the param dtype."""
     shape = in_shape + tuple(self.features)
     init = nn.initializers.variance_scaling(
         1.0, 'fan_avg', 'uniform', in_axis=tuple(range(self.in_dims)),
         out_axis=tuple(range(self.in_dims, len(shape))))
     kernel = self.param('kernel', partitioned(init, self.axes), shape, dtype(self.param_dtype))
-    y = dense(x.astype(dtype(self.dtype)), kernel.astype(dtype(self.dtype)), self.in_dims,
-              impl=self.matmul)
+    bias = None
     if self.use_bias:
       bias = self.param('bias', partitioned(nn.initializers.zeros, self.axes[self.in_dims:]),
                         tuple(self.features), dtype(self.param_dtype))
-      y = y + bias.astype(y.dtype)
-    return y
+    return kernel, bias
+
+
+class DenseWeights(DenseGeneral):
+  """DenseGeneral's parameters (the same names, shapes and init) without its product, for ops
+  that take a layer's weights and compute its products themselves
+  (tx/ops/torch_attention_block.py). in_shape -> (kernel [*in, *features], bias [*features]
+  or None), both in `dtype`."""
+
+  @nn.compact
+  def __call__(self, in_shape: tuple[int, ...]):  # pylint: disable=arguments-renamed
+    kernel, bias = self._weights(tuple(in_shape))
+    cast = lambda w: None if w is None else w.astype(dtype(self.dtype))
+    return cast(kernel), cast(bias)

@@ -20,6 +20,7 @@ from tx.ops.masks import (
     segment_positions,
     sliding_window_mask,
 )
+from tx.ops.torch_attention_block import torch_attention_block
 from tx.ops.sampling import sample_logits, top_k_filter, top_p_filter
 from tx.ops.positions import (
     RopeScaling,
@@ -60,6 +61,7 @@ __all__ = [
     't5_relative_bias',
     't5_relative_position_bucket',
     'token_accuracy',
+    'torch_attention_block',
     'top_k_filter',
     'top_p_filter',
     'weighted_mean',

@@ -12,6 +12,8 @@ Paths:
                    callback (no bias or soft-cap); chosen explicitly or by `tx tune`.
   'torch_float32'  the same kernel in float32 on widened bf16 / f16 q, k, v, for hosts
                    whose float32 kernels outrun their bf16 ones; out in q's dtype.
+  'torch_block'    'torch' here; a self-attention layer given it takes its projections
+                   into the same callbacks (tx/ops/torch_attention_block.py).
   'auto'           einsum if weights or dropout are requested; otherwise 'xla',
                    trying cuDNN first on GPU with bf16/fp16 inputs.
 
@@ -36,13 +38,12 @@ import numpy as np
 
 from tx import compat
 from tx.config.choices import ATTENTION_IMPLS
+from tx.ops.masks import MASK_VALUE
 from tx.ops.torch_attention import torch_attention
 from tx.ops.xla_attention import masked_logits, weighted_values, xla_attention
 
 _IMPLEMENTATIONS = ('auto', *ATTENTION_IMPLS)
 _TORCH = ('torch', 'torch_float32')
-# Finite, so a fully masked row stays NaN-free (softmax of equal values).
-_MASK_VALUE = -0.7 * float(np.finfo(np.float32).max)
 
 
 def dot_product_attention(q_BLHD, k_BSKD, v_BSKD, *, mask=None, bias=None, scale=None,
@@ -106,6 +107,8 @@ def dot_product_attention(q_BLHD, k_BSKD, v_BSKD, *, mask=None, bias=None, scale
     bias = _as_4d(jnp.asarray(bias), full_BHLS, 'bias')
   if implementation not in _IMPLEMENTATIONS:
     raise ValueError(f'implementation must be one of {_IMPLEMENTATIONS}, got {implementation!r}')
+  if implementation == 'torch_block':  # the projections are the layer's to fuse
+    implementation = 'torch'
   if not 0.0 <= dropout_rate < 1.0:
     raise ValueError(f'dropout_rate must be in [0, 1), got {dropout_rate}')
   if softcap < 0:
@@ -147,7 +150,7 @@ def dot_product_attention(q_BLHD, k_BSKD, v_BSKD, *, mask=None, bias=None, scale
     if jax.default_backend() == 'cpu':
       dtype = jnp.float32 if implementation == 'torch_float32' else q_BLHD.dtype
       out_BLHD = torch_attention(q_BLHD.astype(dtype), k_BSKD.astype(dtype),
-                                 v_BSKD.astype(dtype), mask_unbroadcast, scale, _MASK_VALUE,
+                                 v_BSKD.astype(dtype), mask_unbroadcast, scale, MASK_VALUE,
                                  causal=causal_blocks > 1)
       return out_BLHD.astype(q_BLHD.dtype)
     # the callback would be handed device buffers; a run tuned on a CPU still runs here
@@ -196,7 +199,7 @@ def _row_visible(mask_BHLS):
 
 def _einsum_attention(q_BLHD, k_BSKD, v_BSKD, mask, bias, scale, dropout_rate, dropout_rng,
                       softcap=0.0):
-  logits_BHLS = masked_logits(q_BLHD, k_BSKD, mask, bias, scale, _MASK_VALUE, softcap)
+  logits_BHLS = masked_logits(q_BLHD, k_BSKD, mask, bias, scale, MASK_VALUE, softcap)
   weights_BHLS = jax.nn.softmax(logits_BHLS, axis=-1)
   if mask is not None:
     weights_BHLS = jnp.where(_row_visible(mask), weights_BHLS, 0.0)
@@ -214,10 +217,10 @@ def _causal_blocks(q_BLHD, k_BSKD, v_BSKD, mask, bias, scale, blocks, softcap=0.
   L = q_BLHD.shape[1]
   blocks = min(blocks, L)
   if blocks == 1:
-    return xla_attention(q_BLHD, k_BSKD, v_BSKD, mask, bias, scale, _MASK_VALUE, softcap)
+    return xla_attention(q_BLHD, k_BSKD, v_BSKD, mask, bias, scale, MASK_VALUE, softcap)
   cuts = [round(L * i / blocks) for i in range(blocks + 1)]
   first = lambda a: max(0, a - window + 1) if window else 0  # the block's first key
-  return xla_attention(q_BLHD, k_BSKD, v_BSKD, mask, bias, scale, _MASK_VALUE, softcap,
+  return xla_attention(q_BLHD, k_BSKD, v_BSKD, mask, bias, scale, MASK_VALUE, softcap,
                        blocks=[(a, b, first(a), b) for a, b in zip(cuts[:-1], cuts[1:])])
 
 

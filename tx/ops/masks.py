@@ -10,6 +10,11 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
+
+# The score attention's kernels give a hidden key (tx/ops/attention.py): finite, so a fully
+# masked row stays NaN-free (softmax of equal values).
+MASK_VALUE = -0.7 * float(np.finfo(np.float32).max)
 
 
 def padding_mask(tokens_BL, pad_id=0):

@@ -52,10 +52,16 @@ def torch_attention(q_BLHD, k_BSKD, v_BSKD, mask, scale: float, mask_value: floa
     k_BSKD, v_BSKD = (jnp.repeat(x, group, axis=2) for x in (k_BSKD, v_BSKD))
   dtype = q_BLHD.dtype
   k_BSKD, v_BSKD = k_BSKD.astype(dtype), v_BSKD.astype(dtype)
-  bias = None
-  if mask is not None:  # torch adds a float mask; a finite floor keeps hidden rows NaN-free
-    bias = jnp.where(mask, jnp.zeros((), dtype), jnp.asarray(mask_value, dtype))
+  bias = mask_bias(mask, dtype, mask_value)
   return _per_device(_flash, q_BLHD, k_BSKD, v_BSKD, bias, float(scale), bool(causal))
+
+
+def mask_bias(mask, dtype, mask_value: float):
+  """The kernel's additive mask in `dtype` from a bool mask (None stays None): torch adds a
+  float mask, and a finite floor keeps hidden rows NaN-free."""
+  if mask is None:
+    return None
+  return jnp.where(mask, jnp.zeros((), dtype), jnp.asarray(mask_value, dtype))
 
 
 def _per_device(flash, q, k, v, bias, scale, causal):
@@ -73,13 +79,13 @@ def _per_device(flash, q, k, v, bias, scale, causal):
                        check_vma=False)(q, k, v, bias)
 
 
-def _heads_first(buffer_BLHD):
+def heads_first(buffer_BLHD):
   """A [B, H, L, D] torch view of an XLA buffer [B, L, H, D] (through DLPack, no copy): the
   kernel reads the strides, and its outputs and gradients take q's layout."""
   return _torch().from_dlpack(buffer_BLHD).transpose(1, 2)
 
 
-def _host_mask(bias, causal: bool = False):
+def host_mask(bias, causal: bool = False):
   """What the mask means for this call's values, read on the host: (the kernel's attn_mask,
   None where the mask hides no key beyond what `causal` does, so the kernel skips its add;
   the query rows that see no key, bool [B|1, H|1, L|1, 1], None where every row sees one).
@@ -100,34 +106,52 @@ def _host_mask(bias, causal: bool = False):
   return bias, (blind if bool(blind.any()) else None)
 
 
-def _forward_into(unused_ctx, outs, q, k, v, bias=None, *, scale, causal):
+def flash_forward(q, k, v, bias, scale: float, causal: bool):
+  """On the host: torch's flash kernel on the heads-first views of XLA's q [B, L, H, D], k, v
+  [B, S, H, D] buffers (and the mask's bias buffer, or None) -> (out [B, H, L, D] in q's layout,
+  lse [B, H, L] float32), torch's tensors; rows that see no key are zeros."""
   torch = _torch()
-  out_BLHD, lse_BHL = outs
-  attn_mask, blind = _host_mask(bias, causal)
+  attn_mask, blind = host_mask(bias, causal)
   with torch.no_grad():
     # pylint: disable-next=protected-access
     out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-        _heads_first(q), _heads_first(k), _heads_first(v), 0.0, causal, attn_mask=attn_mask,
+        heads_first(q), heads_first(k), heads_first(v), 0.0, causal, attn_mask=attn_mask,
         scale=scale)
     if blind is not None:  # the kernel averages v over a row's (all hidden) keys
       out.masked_fill_(blind, 0.0)
-    _heads_first(out_BLHD).copy_(out)  # the kernel has no out= form: one copy each
-    torch.from_dlpack(lse_BHL).copy_(lse)
+  return out, lse
 
 
-def _backward_into(unused_ctx, outs, d_out, q, k, v, out, lse, bias=None, *, scale, causal):
+def flash_backward(d_out, q, k, v, out, lse, bias, scale: float, causal: bool):
+  """On the host: the flash kernel's gradients (d_q, d_k, d_v), torch's tensors [B, H, *, D] in
+  q's layout. d_out: a torch tensor [B, H, L, D]; out, lse: XLA's buffers or torch tensors as
+  `flash_forward` returns them; q, k, v, bias: XLA's buffers as there."""
   torch = _torch()
-  attn_mask, blind = _host_mask(bias, causal)
-  d_out = _heads_first(d_out)
+  attn_mask, blind = host_mask(bias, causal)
   if blind is not None:  # a zeroed row passes no gradient back (a copy: XLA's buffer stays)
     d_out = d_out.masked_fill(blind, 0.0)
   with torch.no_grad():
     # pylint: disable-next=protected-access
-    grads = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
-        d_out, *map(_heads_first, (q, k, v, out)), torch.from_dlpack(lse), 0.0, causal,
-        attn_mask=attn_mask, scale=scale)
-    for buffer, grad in zip(outs, grads):
-      _heads_first(buffer).copy_(grad)
+    return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
+        d_out, heads_first(q), heads_first(k), heads_first(v), _as_tensor(out, heads_first),
+        _as_tensor(lse, torch.from_dlpack), 0.0, causal, attn_mask=attn_mask, scale=scale)
+
+
+def _as_tensor(x, view):
+  return x if isinstance(x, _torch().Tensor) else view(x)
+
+
+def _forward_into(unused_ctx, outs, q, k, v, bias=None, *, scale, causal):
+  out_BLHD, lse_BHL = outs
+  out, lse = flash_forward(q, k, v, bias, scale, causal)
+  heads_first(out_BLHD).copy_(out)  # the kernel has no out= form: one copy each
+  _torch().from_dlpack(lse_BHL).copy_(lse)
+
+
+def _backward_into(unused_ctx, outs, d_out, q, k, v, out, lse, bias=None, *, scale, causal):
+  grads = flash_backward(heads_first(d_out), q, k, v, out, lse, bias, scale, causal)
+  for buffer, grad in zip(outs, grads):
+    heads_first(buffer).copy_(grad)
 
 
 def _host_call(host, shapes, *arrays, bias):

@@ -88,6 +88,8 @@ CANDIDATES = {
 # 99), and torch_float32_attention_matmul with torch's attention in float32 too. The norms
 # in torch's kernels (tx/ops/torch_norm.py) are timed with every other torch kernel that
 # applies: torch_attention_matmul_norm, or torch_matmul_norm where attention does not apply.
+# torch_block_matmul(_norm): the same with self-attention's projections and kernel in one
+# callback each way (tx/ops/torch_attention_block.py), where nothing comes between them.
 MODEL_CANDIDATES = {
     'torch_attention': {'model': {'attention_impl': 'torch'}},
     'torch_matmul': {'model': {'matmul_impl': 'torch'}},
@@ -95,6 +97,9 @@ MODEL_CANDIDATES = {
     'torch_matmul_norm': {'model': {'matmul_impl': 'torch', 'norm_impl': 'torch'}},
     'torch_attention_matmul_norm': {'model': {'attention_impl': 'torch', 'matmul_impl': 'torch',
                                               'norm_impl': 'torch'}},
+    'torch_block_matmul': {'model': {'attention_impl': 'torch_block', 'matmul_impl': 'torch'}},
+    'torch_block_matmul_norm': {'model': {'attention_impl': 'torch_block', 'matmul_impl': 'torch',
+                                          'norm_impl': 'torch'}},
     'torch_float32_matmul': {'model': {'matmul_impl': 'torch_float32'}},
     'torch_float32_attention_matmul': {'model': {'attention_impl': 'torch_float32',
                                                  'matmul_impl': 'torch_float32'}},
@@ -134,7 +139,10 @@ def model_candidates(cfg, host: dict | None = None) -> dict:
   emulates a bf16 GEMM there, many times slower than XLA's); torch_attention_matmul where
   both apply; where norm_impl is 'auto' too (and the norms LayerNorms), the candidate with
   every one of them and torch's norms (torch_attention_matmul_norm, or torch_matmul_norm
-  where attention does not apply); for a bf16 / f16 model where matmul_impl is 'auto' (on
+  where attention does not apply); where torch_attention_matmul applies and self-attention
+  has nothing between its projections and the kernel (`torch_block_fuses`), the same with
+  attention_impl='torch_block' (torch_block_matmul, or torch_block_matmul_norm with the
+  norms); for a bf16 / f16 model where matmul_impl is 'auto' (on
   any host: float32 arithmetic is everywhere), torch_float32_matmul, and
   torch_float32_attention_matmul (both kernels in float32) where torch's attention would
   apply in float32."""
@@ -151,8 +159,12 @@ def model_candidates(cfg, host: dict | None = None) -> dict:
     out['torch_matmul'] = MODEL_CANDIDATES['torch_matmul']
   if len(out) == 2:
     out['torch_attention_matmul'] = MODEL_CANDIDATES['torch_attention_matmul']
-  if 'torch_matmul' in out and model.norm_impl == 'auto' and model.norm == 'layernorm':
+  norms = model.norm_impl == 'auto' and model.norm == 'layernorm'
+  if 'torch_matmul' in out and norms:
     name = 'torch_attention_matmul_norm' if len(out) > 1 else 'torch_matmul_norm'
+    out[name] = MODEL_CANDIDATES[name]
+  if 'torch_attention_matmul' in out and model.torch_block_fuses:
+    name = 'torch_block_matmul_norm' if norms else 'torch_block_matmul'
     out[name] = MODEL_CANDIDATES[name]
   if model.matmul_impl == 'auto' and model.dtype in ('bfloat16', 'float16'):
     out['torch_float32_matmul'] = MODEL_CANDIDATES['torch_float32_matmul']
