@@ -61,9 +61,8 @@ def _matrix(t):
   return t.reshape(-1, t.shape[-1])
 
 
-def _tensor(buffer, shape=None):
-  t = torch_module().from_dlpack(buffer)
-  return t if shape is None else t.view(shape)
+def _tensor(buffer):
+  return torch_module().from_dlpack(buffer)
 
 
 def _forward_into(unused_ctx, outs, x, wq, wk, wv, wo, *rest, has_biases, scale, causal):
@@ -123,14 +122,19 @@ def _shape(x):
   return jax.ShapeDtypeStruct(x.shape, x.dtype)
 
 
+def _mask_operands(x, mask) -> tuple[tuple, tuple]:
+  """(the mask among the rows, the mask among the weights): one of them holds it, by whether
+  it has the batch's rows (each device takes its share under a mesh) or is shared."""
+  if mask is None:
+    return (), ()
+  return ((mask,), ()) if mask.shape[0] == x.shape[0] != 1 else ((), (mask,))
+
+
 def _forward_call(x, wq, wk, wv, wo, biases, mask, scale, causal):
   has_biases = biases is not None
   host = functools.partial(_forward_into, has_biases=has_biases, scale=scale, causal=causal)
-  weights = (wq, wk, wv, wo) + tuple(biases or ())
-  batch_mask = mask is not None and mask.shape[0] == x.shape[0] and x.shape[0] > 1
-  rows = (x, mask) if batch_mask else (x,)
-  if not batch_mask and mask is not None:
-    weights += (mask,)
+  row_mask, shared_mask = _mask_operands(x, mask)
+  rows, weights = (x, *row_mask), (wq, wk, wv, wo, *(biases or ()), *shared_mask)
 
   def call(*args):  # on each device's rows under a mesh: the shapes are its own
     x = args[0]
@@ -162,11 +166,9 @@ def _block_bwd(scale, causal, residuals, g):
   x, q, k, v, a, lse, wq, wk, wv, wo, biases, mask = residuals
   has_biases = biases is not None
   host = functools.partial(_backward_into, has_biases=has_biases, scale=scale, causal=causal)
-  weights = (wq, wk, wv, wo)
-  batch_mask = mask is not None and mask.shape[0] == x.shape[0] and x.shape[0] > 1
-  rows = (g.astype(x.dtype), x, q, k, v, a, lse) + ((mask,) if batch_mask else ())
-  if not batch_mask and mask is not None:
-    weights += (mask,)
+  row_mask, shared_mask = _mask_operands(x, mask)
+  rows = (g.astype(x.dtype), x, q, k, v, a, lse, *row_mask)
+  weights = (wq, wk, wv, wo, *shared_mask)
   summed = weights[:4] + tuple(biases or ())
 
   def call(*args):
