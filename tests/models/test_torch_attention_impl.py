@@ -31,7 +31,8 @@ def test_torch_attention_equals_xla_in_every_family(tm, family, impl):
 
   (loss_xla, grads_xla), (loss_torch, grads_torch) = loss_and_grads('xla'), loss_and_grads(impl)
   np.testing.assert_allclose(loss_torch, loss_xla, rtol=1e-5)
-  jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5),
+  # rtol: gradients of ~50 sum in another order in 'torch_block' (a few float32 ulps)
+  jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-6),
                          grads_torch, grads_xla)
 
 

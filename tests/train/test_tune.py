@@ -542,6 +542,7 @@ def test_per_call_candidates_are_timed_only_where_tx_chooses_the_setting(monkeyp
   assert set(both) == {'default_4_per_call', 'onednn_4_per_call', 'torch_attention_4_per_call',
                        'torch_matmul_4_per_call', 'torch_attention_matmul_4_per_call',
                        'torch_matmul_norm_4_per_call', 'torch_attention_matmul_norm_4_per_call',
+                       'torch_block_matmul_4_per_call', 'torch_block_matmul_norm_4_per_call',
                        'torch_float32_matmul_4_per_call',
                        'torch_float32_attention_matmul_4_per_call'}
   assert both['onednn_4_per_call'] == {'xla_flags': ONEDNN, 'model': {},

@@ -86,25 +86,28 @@ class DenseGeneral(nn.Module):
 
   @nn.compact
   def __call__(self, x):
-    kernel, bias = self._weights(tuple(x.shape[-self.in_dims:]))
+    kernel, bias = _dense_weights(self, tuple(x.shape[-self.in_dims:]))
     y = dense(x.astype(dtype(self.dtype)), kernel.astype(dtype(self.dtype)), self.in_dims,
               impl=self.matmul)
     if bias is not None:
       y = y + bias.astype(y.dtype)
     return y
 
-  def _weights(self, in_shape: tuple[int, ...]):
-    """(kernel [*in, *features], bias [*features] or None) in the param dtype."""
-    shape = in_shape + tuple(self.features)
-    init = nn.initializers.variance_scaling(
-        1.0, 'fan_avg', 'uniform', in_axis=tuple(range(self.in_dims)),
-        out_axis=tuple(range(self.in_dims, len(shape))))
-    kernel = self.param('kernel', partitioned(init, self.axes), shape, dtype(self.param_dtype))
-    bias = None
-    if self.use_bias:
-      bias = self.param('bias', partitioned(nn.initializers.zeros, self.axes[self.in_dims:]),
-                        tuple(self.features), dtype(self.param_dtype))
-    return kernel, bias
+
+def _dense_weights(module: DenseGeneral, in_shape: tuple[int, ...]):
+  """(kernel [*in, *features], bias [*features] or None) of a DenseGeneral, in its param
+  dtype. A function, not a method: flax's method interceptors see one call per layer."""
+  shape = in_shape + tuple(module.features)
+  init = nn.initializers.variance_scaling(
+      1.0, 'fan_avg', 'uniform', in_axis=tuple(range(module.in_dims)),
+      out_axis=tuple(range(module.in_dims, len(shape))))
+  kernel = module.param('kernel', partitioned(init, module.axes), shape,
+                        dtype(module.param_dtype))
+  bias = None
+  if module.use_bias:
+    bias = module.param('bias', partitioned(nn.initializers.zeros, module.axes[module.in_dims:]),
+                        tuple(module.features), dtype(module.param_dtype))
+  return kernel, bias
 
 
 class DenseWeights(DenseGeneral):
@@ -115,6 +118,6 @@ class DenseWeights(DenseGeneral):
 
   @nn.compact
   def __call__(self, in_shape: tuple[int, ...]):  # pylint: disable=arguments-renamed
-    kernel, bias = self._weights(tuple(in_shape))
+    kernel, bias = _dense_weights(self, tuple(in_shape))
     cast = lambda w: None if w is None else w.astype(dtype(self.dtype))
     return cast(kernel), cast(bias)
